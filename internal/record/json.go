@@ -1,0 +1,179 @@
+package record
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The JSON form is an interface other tools script against (README,
+// "tollgate requests --json"): snake_case, durations in milliseconds,
+// arrival in RFC 3339 with nanoseconds. Keep it stable; add, don't rename.
+
+type jsonRecord struct {
+	RequestID        string            `json:"request_id"`
+	LogicalRequestID string            `json:"logical_request_id"`
+	Attempt          int               `json:"attempt"`
+	TraceID          string            `json:"trace_id"`
+	SpanID           string            `json:"span_id,omitempty"`
+	UserID           string            `json:"user_id"`
+	KeyID            string            `json:"key_id,omitempty"`
+	Team             string            `json:"team,omitempty"`
+	BizLine          string            `json:"biz_line"`
+	SessionID        string            `json:"session_id,omitempty"`
+	TemplateID       string            `json:"template_id,omitempty"`
+	Tags             map[string]string `json:"tags,omitempty"`
+	Endpoint         string            `json:"endpoint"`
+	Model            string            `json:"model"`
+	ServedModel      string            `json:"served_model,omitempty"`
+	Upstream         string            `json:"upstream"`
+	Engine           string            `json:"engine,omitempty"`
+
+	Stream       bool     `json:"stream"`
+	IncludeUsage bool     `json:"include_usage,omitempty"`
+	MaxTokens    *int64   `json:"max_tokens,omitempty"`
+	Temperature  *float64 `json:"temperature,omitempty"`
+	TopP         *float64 `json:"top_p,omitempty"`
+	PromptSHA256 string   `json:"prompt_sha256,omitempty"`
+	PromptBytes  int64    `json:"prompt_bytes"`
+	Messages     int      `json:"messages,omitempty"`
+	RequestBytes int64    `json:"request_bytes"`
+
+	Status           int    `json:"status"`
+	UpstreamStatus   int    `json:"upstream_status,omitempty"`
+	ErrorType        string `json:"error_type"`
+	ErrorMessage     string `json:"error_message,omitempty"`
+	FinishReason     string `json:"finish_reason"`
+	ResponseBytes    int64  `json:"response_bytes"`
+	ContentChunks    int    `json:"content_chunks,omitempty"`
+	FirstChunkBytes  int    `json:"first_chunk_bytes,omitempty"`
+	ContentBytes     int64  `json:"content_bytes,omitempty"`
+	ClientDisconnect bool   `json:"client_disconnect,omitempty"`
+	Retries          int    `json:"retries"`
+	CacheHit         bool   `json:"cache_hit"`
+	Sampled          bool   `json:"sampled"`
+
+	Usage         Usage           `json:"usage"`
+	Timing        jsonTiming      `json:"timing"`
+	TokenTimeline []TimelinePoint `json:"token_timeline,omitempty"`
+}
+
+type jsonTiming struct {
+	Arrival          string    `json:"arrival"`
+	TTFT             *float64  `json:"ttft_ms"`
+	UpstreamTTFT     *float64  `json:"upstream_ttft_ms"`
+	Queue            *float64  `json:"queue_ms"`
+	E2E              float64   `json:"e2e_ms"`
+	TPOT             *float64  `json:"tpot_ms"`
+	DecodeRate       *float64  `json:"decode_tokens_per_s"`
+	FirstPacketMerge bool      `json:"first_packet_merge"`
+	Marks            jsonMarks `json:"marks_ms"`
+}
+
+type jsonMarks struct {
+	AuthDone           *float64 `json:"auth_done,omitempty"`
+	Admitted           *float64 `json:"admitted,omitempty"`
+	UpstreamSent       *float64 `json:"upstream_sent,omitempty"`
+	UpstreamHeaders    *float64 `json:"upstream_headers,omitempty"`
+	FirstUpstreamToken *float64 `json:"first_upstream_token,omitempty"`
+	FirstClientToken   *float64 `json:"first_client_token,omitempty"`
+	LastToken          *float64 `json:"last_token,omitempty"`
+	End                *float64 `json:"end,omitempty"`
+}
+
+func optMS(d time.Duration) *float64 {
+	if d == 0 {
+		return nil
+	}
+	f := ms(d)
+	return &f
+}
+
+func optDurMS(d *time.Duration) *float64 {
+	if d == nil {
+		return nil
+	}
+	f := ms(*d)
+	return &f
+}
+
+func fromOptMS(f *float64) time.Duration {
+	if f == nil {
+		return 0
+	}
+	return fromMS(*f)
+}
+
+// MarshalJSON writes the stable JSON form of the record.
+func (r *Record) MarshalJSON() ([]byte, error) {
+	d := r.Derived
+	j := jsonRecord{
+		RequestID: r.RequestID, LogicalRequestID: r.LogicalRequestID, Attempt: r.Attempt,
+		TraceID: r.TraceID, SpanID: r.SpanID, UserID: r.UserID, KeyID: r.KeyID, Team: r.Team,
+		BizLine: r.BizLine, SessionID: r.SessionID, TemplateID: r.TemplateID, Tags: r.Tags,
+		Endpoint: r.Endpoint, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
+		Stream: r.Stream, IncludeUsage: r.IncludeUsage, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
+		TopP: r.TopP, PromptSHA256: r.PromptSHA256, PromptBytes: r.PromptBytes, Messages: r.Messages,
+		RequestBytes: r.RequestBytes,
+		Status: r.Status, UpstreamStatus: r.UpstreamStatus, ErrorType: r.ErrorType, ErrorMessage: r.ErrorMessage,
+		FinishReason: r.FinishReason, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
+		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
+		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.Usage.CachedInputTokens > 0,
+		Sampled: r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
+		Timing: jsonTiming{
+			Arrival:      r.Arrival.UTC().Format(time.RFC3339Nano),
+			TTFT:         optDurMS(d.TTFT),
+			UpstreamTTFT: optDurMS(d.UpstreamTTFT),
+			Queue:        optDurMS(d.Queue),
+			E2E:          ms(d.E2E),
+			TPOT:         optDurMS(d.TPOT),
+			DecodeRate:   d.DecodeRate, FirstPacketMerge: d.FirstPacketMerge,
+			Marks: jsonMarks{
+				AuthDone: optMS(r.Marks.AuthDone), Admitted: optMS(r.Marks.Admitted),
+				UpstreamSent: optMS(r.Marks.UpstreamSent), UpstreamHeaders: optMS(r.Marks.UpstreamHeaders),
+				FirstUpstreamToken: optMS(r.Marks.FirstUpstreamToken), FirstClientToken: optMS(r.Marks.FirstClientToken),
+				LastToken: optMS(r.Marks.LastToken), End: optMS(r.Marks.End),
+			},
+		},
+	}
+	if j.Usage.Source == "" {
+		j.Usage.Source = SourceNone
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the JSON form back; derived figures are recomputed
+// from the marks, so a stored record and a live one agree by construction.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	var j jsonRecord
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	arrival, err := time.Parse(time.RFC3339Nano, j.Timing.Arrival)
+	if err != nil && j.Timing.Arrival != "" {
+		return err
+	}
+	m := j.Timing.Marks
+	*r = Record{
+		RequestID: j.RequestID, LogicalRequestID: j.LogicalRequestID, Attempt: j.Attempt,
+		TraceID: j.TraceID, SpanID: j.SpanID, UserID: j.UserID, KeyID: j.KeyID, Team: j.Team,
+		BizLine: j.BizLine, SessionID: j.SessionID, TemplateID: j.TemplateID, Tags: j.Tags,
+		Endpoint: j.Endpoint, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,
+		Stream: j.Stream, IncludeUsage: j.IncludeUsage, MaxTokens: j.MaxTokens, Temperature: j.Temperature,
+		TopP: j.TopP, PromptSHA256: j.PromptSHA256, PromptBytes: j.PromptBytes, Messages: j.Messages,
+		RequestBytes: j.RequestBytes,
+		Status: j.Status, UpstreamStatus: j.UpstreamStatus, ErrorType: j.ErrorType, ErrorMessage: j.ErrorMessage,
+		FinishReason: j.FinishReason, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
+		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
+		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled,
+		Usage: j.Usage, Timeline: j.TokenTimeline,
+		Arrival: arrival,
+		Marks: Marks{
+			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),
+			UpstreamSent: fromOptMS(m.UpstreamSent), UpstreamHeaders: fromOptMS(m.UpstreamHeaders),
+			FirstUpstreamToken: fromOptMS(m.FirstUpstreamToken), FirstClientToken: fromOptMS(m.FirstClientToken),
+			LastToken: fromOptMS(m.LastToken), End: fromOptMS(m.End),
+		},
+	}
+	r.Finish()
+	return nil
+}

@@ -1,0 +1,215 @@
+// Package record defines the Record: the health report tollgate writes for
+// every request (one per upstream attempt). The gateway fills it while the
+// request flows, Finish derives the figures defined in docs/metrics.md, and
+// the store, the metrics and the CLI read it. It is the one thing that flows
+// through the whole system, so it has no dependencies beyond the standard
+// library.
+package record
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Source says where a usage figure came from.
+type Source string
+
+const (
+	SourceNone      Source = "none"      // nothing reported and nothing counted
+	SourceEngine    Source = "engine"    // the engine's usage object: authoritative
+	SourceTokenizer Source = "tokenizer" // counted with the served model's own tokenizer
+	SourceMerged    Source = "merged"    // engine figures completed by the tokenizer
+)
+
+// Error types: how a request ended when it did not end well. The set is
+// closed so that metrics labels stay bounded.
+const (
+	ErrNone              = ""
+	ErrInvalidRequest    = "invalid_request"     // the client's request was malformed
+	ErrAuth              = "authentication"      // missing or unknown API key
+	ErrNoRoute           = "model_not_found"     // no upstream serves the model
+	ErrRateLimited       = "rate_limited"        // refused at admission
+	ErrConnect           = "upstream_connect"    // could not connect to the upstream
+	ErrConnectTimeout    = "connect_timeout"     // connecting took longer than allowed
+	ErrFirstTokenTimeout = "first_token_timeout" // no first byte/token in time
+	ErrIdleTimeout       = "idle_timeout"        // the stream stalled between chunks
+	ErrTotalTimeout      = "total_timeout"       // the whole request took too long
+	ErrUpstreamStatus    = "upstream_error"      // the upstream answered 4xx/5xx
+	ErrUpstreamReset     = "upstream_reset"      // the upstream broke the stream
+	ErrMalformed         = "malformed_response"  // the upstream sent something unparseable
+	ErrClientDisconnect  = "client_disconnect"   // the client left before the end
+	ErrShutdown          = "shutdown"            // the gateway stopped before the end
+	ErrInternal          = "internal"
+)
+
+// StatusClientClosed is recorded when the client went away before the
+// response ended (nginx's convention; never sent on the wire).
+const StatusClientClosed = 499
+
+// Usage is the token count of one request. Invariants: Cached ≤ Input and
+// Total() = Input + Output. Reasoning tokens are part of Output.
+type Usage struct {
+	InputTokens       int64  `json:"input_tokens"`
+	CachedInputTokens int64  `json:"cached_input_tokens"`
+	OutputTokens      int64  `json:"output_tokens"`
+	ReasoningTokens   int64  `json:"reasoning_tokens"`
+	Source            Source `json:"source"`
+}
+
+// Total is input plus output tokens.
+func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// Marks are the timing marks of one request as monotonic offsets from
+// arrival; zero means "not reached". Wall-clock time of a mark is
+// Timing.Arrival plus its offset, which keeps durations immune to clock
+// steps while still aligning with other services' logs.
+type Marks struct {
+	AuthDone           time.Duration // identity resolved
+	Admitted           time.Duration // left the gateway queue
+	UpstreamSent       time.Duration // request written to the upstream
+	UpstreamHeaders    time.Duration // upstream response headers received
+	FirstUpstreamToken time.Duration // first content token read from the upstream
+	FirstClientToken   time.Duration // first content token flushed to the client
+	LastToken          time.Duration // last content token flushed to the client
+	End                time.Duration // response finished (or abandoned)
+}
+
+// TimelinePoint is one sampled point of the token timeline: the index of a
+// content chunk (0-based) and when it was flushed to the client.
+type TimelinePoint struct {
+	Index  int
+	Offset time.Duration
+}
+
+// MarshalJSON writes the point as [index, offset_ms].
+func (p TimelinePoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal([2]float64{float64(p.Index), ms(p.Offset)})
+}
+
+// UnmarshalJSON reads [index, offset_ms].
+func (p *TimelinePoint) UnmarshalJSON(b []byte) error {
+	var a [2]float64
+	if err := json.Unmarshal(b, &a); err != nil {
+		return err
+	}
+	p.Index, p.Offset = int(a[0]), fromMS(a[1])
+	return nil
+}
+
+// Record is the health report of one upstream attempt of one request.
+type Record struct {
+	// Identity.
+	RequestID        string            // unique per attempt
+	LogicalRequestID string            // shared by all attempts; what the client saw in X-Request-Id
+	Attempt          int               // 1-based
+	TraceID          string            // W3C trace id (32 hex)
+	SpanID           string            // the gateway's span, sent upstream as parent
+	UserID           string            //
+	KeyID            string            // short hash of the API key, never the key
+	Team             string            //
+	BizLine          string            //
+	SessionID        string            //
+	TemplateID       string            //
+	Tags             map[string]string // feature/app tags from the tags header
+	Endpoint         string            // chat | completions | embeddings
+	Model            string            // requested
+	ServedModel      string            // as reported by the upstream
+	Upstream         string            // upstream name from config
+	Engine           string            // the upstream's engine kind
+
+	// Input features (never the text).
+	Stream          bool
+	IncludeUsage    bool // the client asked for the usage chunk itself
+	MaxTokens       *int64
+	Temperature     *float64
+	TopP            *float64
+	PromptSHA256    string // of the prompt part of the body (messages / prompt / input)
+	PromptBytes     int64
+	Messages        int
+	RequestBytes    int64
+
+	// Timing.
+	Arrival  time.Time // wall clock at arrival
+	Marks    Marks
+	Timeline []TimelinePoint // first, every 10th, last content chunk
+
+	// Result.
+	Status           int // outcome status; 499 when the client left
+	UpstreamStatus   int // what the upstream answered, 0 if nothing
+	ErrorType        string
+	ErrorMessage     string // gateway-written, never upstream text that could echo a prompt
+	FinishReason     string
+	ResponseBytes    int64
+	ContentChunks    int
+	ClientDisconnect bool
+	Retries          int // attempts made before this one
+	Sampled          bool
+
+	Usage Usage
+
+	// FirstChunkBytes is the content length of the first content chunk,
+	// kept to estimate first-packet merging.
+	FirstChunkBytes int
+	ContentBytes    int64
+
+	// Derived by Finish.
+	Derived Derived
+}
+
+// Derived holds the figures computed from marks and usage, with the exact
+// definitions of docs/metrics.md. A nil pointer means "not defined for this
+// request" (e.g. TPOT with fewer than two output tokens).
+type Derived struct {
+	TTFT             *time.Duration // user-side: first content token flushed − arrival
+	UpstreamTTFT     *time.Duration // first upstream content token − upstream request sent
+	Queue            *time.Duration // user-side TTFT − upstream TTFT
+	E2E              time.Duration  // end − arrival
+	TPOT             *time.Duration // (E2E − TTFT)/(output − 1), output > 1
+	DecodeRate       *float64       // output / (last − first token), tokens/s
+	FirstPacketMerge bool           // the first chunk carried several tokens
+}
+
+// Finish computes the derived figures. Call it once, after the last mark.
+func (r *Record) Finish() {
+	m := r.Marks
+	d := Derived{E2E: m.End}
+	if m.FirstClientToken > 0 {
+		t := m.FirstClientToken
+		d.TTFT = &t
+	}
+	if m.FirstUpstreamToken > 0 && m.UpstreamSent > 0 {
+		t := m.FirstUpstreamToken - m.UpstreamSent
+		d.UpstreamTTFT = &t
+		if d.TTFT != nil {
+			q := *d.TTFT - t
+			d.Queue = &q
+		}
+	}
+	n := r.Usage.OutputTokens
+	if r.Stream && d.TTFT != nil && n > 1 {
+		t := (d.E2E - *d.TTFT) / time.Duration(n-1)
+		d.TPOT = &t
+	}
+	if r.Stream && n > 0 && m.LastToken > m.FirstClientToken && m.FirstClientToken > 0 {
+		rate := float64(n) / (m.LastToken - m.FirstClientToken).Seconds()
+		d.DecodeRate = &rate
+	}
+	// A chunk normally carries one token. When the engine reported more
+	// tokens than chunks and the first chunk holds at least twice the
+	// average bytes per token, the first packet was merged (seed 001 §5.3).
+	if r.Stream && n > int64(r.ContentChunks) && r.ContentChunks > 0 && r.ContentBytes > 0 {
+		avg := float64(r.ContentBytes) / float64(n)
+		d.FirstPacketMerge = float64(r.FirstChunkBytes) >= 2*avg && r.FirstChunkBytes > 1
+	}
+	r.Derived = d
+}
+
+// OK reports whether the request ended successfully.
+func (r *Record) OK() bool { return r.ErrorType == ErrNone && r.Status >= 200 && r.Status < 300 }
+
+// WallTime returns the wall-clock time of a mark offset.
+func (r *Record) WallTime(offset time.Duration) time.Time { return r.Arrival.Add(offset) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fromMS(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }

@@ -1,0 +1,59 @@
+// Package store is where finished Records go. It sits at the end of the
+// request flow: the gateway hands each Record to a Writer (a bounded queue,
+// never blocking the proxy), the Writer inserts them in batches into a
+// Store, and the CLI, reports and dashboard read them back from the Store.
+//
+// Backends live in sub-packages (sqlite/ now, clickhouse/ later) and all pass
+// the one conformance suite in storetest/.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// Store persists Records. Implementations must be safe for concurrent use.
+//
+// Every Record gets a ledger row (every request, failed and cancelled too).
+// A Record with Sampled set also keeps its detail (the token timeline).
+type Store interface {
+	// Insert writes a batch in one transaction. It is idempotent by
+	// RequestID: inserting a Record whose RequestID is already stored is a
+	// no-op for that Record, never a second row and never an error.
+	Insert(ctx context.Context, recs []*record.Record) error
+
+	// Requests returns ledger rows matching f, newest arrival first.
+	// Records that were not sampled come back without Timeline.
+	Requests(ctx context.Context, f Filter) ([]*record.Record, error)
+
+	// Request returns every attempt of one request, by RequestID or by
+	// LogicalRequestID, ordered by attempt. It returns ErrNotFound when
+	// nothing matches.
+	Request(ctx context.Context, id string) ([]*record.Record, error)
+
+	// Close releases the store. It does not flush Writers; close them first.
+	Close() error
+}
+
+// Filter selects ledger rows. Zero fields do not filter.
+type Filter struct {
+	Since, Until time.Time // arrival in [Since, Until)
+	UserID       string
+	BizLine      string
+	Model        string
+	TraceID      string
+	TemplateID   string
+	Status       int
+	ErrorsOnly   bool          // error_type != ""
+	MinE2E       time.Duration // "slow only"
+	Limit        int           // 0 means 100
+}
+
+// ErrNotFound is returned by Request when no record matches.
+var ErrNotFound = errNotFound{}
+
+type errNotFound struct{}
+
+func (errNotFound) Error() string { return "request not found" }
