@@ -1,0 +1,163 @@
+// Package config is tollgate's single YAML configuration: defaults first,
+// strict decoding (an unknown key is an error naming its path), ${ENV}
+// expansion for secrets, and Validate naming the YAML path of every bad
+// value. Everything else is wired from the Config that main builds here.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// Engine kinds tollgate knows how to read signals from.
+var EngineKinds = []string{"vllm", "sglang", "tgi", "llamacpp", "ollama", "openai"}
+
+// Config is the whole configuration.
+type Config struct {
+	Listen        string        `yaml:"listen"`
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	Log           Log           `yaml:"log"`
+	Store         Store         `yaml:"store"`
+	Upstreams     []Upstream    `yaml:"upstreams"`
+	Retry         Retry         `yaml:"retry"`
+	Auth          Auth          `yaml:"auth"`
+	Headers       Headers       `yaml:"headers"`
+	Limits        Limits        `yaml:"limits"`
+	Sampling      Sampling      `yaml:"sampling"`
+	Metrics       Metrics       `yaml:"metrics"`
+}
+
+// Log configures the process log.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// Store configures where records go.
+type Store struct {
+	SQLite        SQLite        `yaml:"sqlite"`
+	QueueSize     int           `yaml:"queue_size"`
+	BatchSize     int           `yaml:"batch_size"`
+	FlushInterval time.Duration `yaml:"flush_interval"`
+}
+
+// SQLite is the embedded store.
+type SQLite struct {
+	Path string `yaml:"path"`
+}
+
+// Upstream is one inference engine.
+type Upstream struct {
+	Name     string   `yaml:"name"`
+	URL      string   `yaml:"url"`    // base URL including /v1
+	Engine   string   `yaml:"engine"` // one of EngineKinds
+	APIKey   string   `yaml:"api_key"`
+	Models   []string `yaml:"models"` // served models; empty: every model (single upstream only)
+	Timeouts Timeouts `yaml:"timeouts"`
+}
+
+// Timeouts bound each phase of an upstream exchange. Zero disables one.
+type Timeouts struct {
+	Connect    time.Duration `yaml:"connect"`     // TCP (and TLS) connect
+	FirstToken time.Duration `yaml:"first_token"` // request sent → first byte of the response body
+	Idle       time.Duration `yaml:"idle"`        // between two chunks of a stream
+	Total      time.Duration `yaml:"total"`       // the whole exchange
+}
+
+// Retry says when a failed attempt may be retried on another upstream.
+type Retry struct {
+	// Attempts is the most attempts per request, first included; 1 disables retries.
+	Attempts int `yaml:"attempts"`
+	// OnStatus are upstream statuses, answered before any byte reached the
+	// client, that may be retried elsewhere. Connect failures always may.
+	OnStatus []int `yaml:"on_status"`
+}
+
+// Auth maps proxy API keys to identities. With no keys the gateway is open.
+type Auth struct {
+	Keys []Key `yaml:"keys"`
+}
+
+// Key is one proxy API key. Give the key itself (typically from ${ENV}) or
+// its SHA-256; only the hash is kept after loading.
+type Key struct {
+	Name      string `yaml:"name"`
+	Key       string `yaml:"key"`
+	KeySHA256 string `yaml:"key_sha256"`
+	UserID    string `yaml:"user_id"`
+	BizLine   string `yaml:"biz_line"`
+	Team      string `yaml:"team"`
+}
+
+// Headers name the request headers that carry attribution.
+type Headers struct {
+	BizLine   string `yaml:"biz_line"`
+	Session   string `yaml:"session"`
+	Template  string `yaml:"template"`
+	Tags      string `yaml:"tags"` // "k=v,k2=v2"
+	RequestID string `yaml:"request_id"`
+}
+
+// Limits protect the gateway from its clients.
+type Limits struct {
+	MaxRequestBytes  int64 `yaml:"max_request_bytes"`
+	MaxResponseBytes int64 `yaml:"max_response_bytes"` // non-streamed bodies buffered for usage
+}
+
+// Sampling decides which records keep their detail (token timeline).
+type Sampling struct {
+	Normal float64       `yaml:"normal"` // share of normal requests, 0–1
+	Slow   time.Duration `yaml:"slow"`   // E2E above this is "slow" and always kept
+}
+
+// Metrics bounds label cardinality.
+type Metrics struct {
+	MaxModels int `yaml:"max_models"` // distinct model label values before folding into "other"
+}
+
+// Default returns the embedded defaults: the configuration `serve` runs on
+// without a file. They assume a vLLM on its default port.
+func Default() *Config {
+	return &Config{
+		Listen:        "127.0.0.1:8080",
+		ShutdownGrace: 30 * time.Second,
+		Log:           Log{Level: "info", Format: "text"},
+		Store: Store{
+			SQLite:        SQLite{Path: "./tollgate.db"},
+			QueueSize:     65536,
+			BatchSize:     512,
+			FlushInterval: 200 * time.Millisecond,
+		},
+		Upstreams: []Upstream{{
+			Name:   "default",
+			URL:    "http://127.0.0.1:8000/v1",
+			Engine: "vllm",
+		}},
+		Retry: Retry{Attempts: 2, OnStatus: []int{502, 503, 504}},
+		Headers: Headers{
+			BizLine:   "X-Tollgate-Biz",
+			Session:   "X-Tollgate-Session",
+			Template:  "X-Tollgate-Template",
+			Tags:      "X-Tollgate-Tags",
+			RequestID: "X-Request-Id",
+		},
+		Limits:   Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
+		Sampling: Sampling{Normal: 0.10, Slow: 10 * time.Second},
+		Metrics:  Metrics{MaxModels: 64},
+	}
+}
+
+// DefaultTimeouts apply to an upstream that sets none.
+var DefaultTimeouts = Timeouts{
+	Connect:    5 * time.Second,
+	FirstToken: 5 * time.Minute,
+	Idle:       60 * time.Second,
+	Total:      30 * time.Minute,
+}
+
+// HashKey returns the hex SHA-256 under which a proxy key is kept.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,140 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func TestBadConfigs(t *testing.T) {
+	// Each bad file and the exact error it must give: the YAML path of the
+	// offending key or value, and what is wrong with it.
+	cases := map[string]string{
+		"unknown_top.bad.yml":             "lisen: unknown key (line 2)",
+		"unknown_nested.bad.yml":          "upstreams[0].timeouts.idel: unknown key (line 6)",
+		"bad_engine.bad.yml":              `upstreams[0].engine: must be one of vllm, sglang, tgi, llamacpp, ollama, openai; got "triton"`,
+		"bad_url.bad.yml":                 `upstreams[0].url: must be an absolute http(s) URL such as http://127.0.0.1:8000/v1; got "127.0.0.1:8000"`,
+		"missing_env.bad.yml":             "upstreams[0].api_key: environment variable TOLLGATE_TEST_UNSET_KEY is not set (line 5)",
+		"two_upstreams_no_models.bad.yml": "upstreams[0].models: must list the models it serves when there are several upstreams",
+		"dup_upstream.bad.yml":            `upstreams[1].name: duplicate upstream name "a"`,
+		"bad_duration.bad.yml":            "yaml: line 2: cannot unmarshal !!str `soon` into time.Duration",
+		"bad_sampling.bad.yml":            "sampling.normal: must be between 0 and 1; got 1.5",
+		"key_without_user.bad.yml":        "auth.keys[0].user_id: must not be empty",
+		"key_both.bad.yml":                "auth.keys[0]: give key or key_sha256, not both",
+		"bad_hash.bad.yml":                "auth.keys[0].key_sha256: must be 64 hex characters",
+		"bad_listen.bad.yml":              `listen: must be host:port; got "localhost"`,
+		"bad_retry.bad.yml":               "retry.attempts: must be at least 1 (1 disables retries)\nretry.on_status[0]: must be an HTTP error status (400–599); got 200",
+		"list_not_map.bad.yml":            "upstreams: expected a list (line 2)",
+		"bad_yaml.bad.yml":                "yaml: yaml: line 1: did not find expected ',' or ']'",
+	}
+	files, _ := filepath.Glob("testdata/*.bad.yml")
+	if len(files) != len(cases) {
+		t.Errorf("%d bad files in testdata, %d cases in the table: keep them in step", len(files), len(cases))
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Parse(b, noEnv)
+			if err == nil {
+				t.Fatalf("Parse accepted %s; want error %q", name, want)
+			}
+			if err.Error() != want {
+				t.Errorf("error:\n got %q\nwant %q", err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestFullConfig(t *testing.T) {
+	b, err := os.ReadFile("testdata/full.good.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"OPENAI_API_KEY": "sk-upstream"}
+	cfg, err := Parse(b, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Upstreams[1].APIKey; got != "sk-upstream" {
+		t.Errorf("api_key = %q, want the expanded env value", got)
+	}
+	k := cfg.Auth.Keys[0]
+	if k.Key != "" || k.KeySHA256 != HashKey("sk-search-default") {
+		t.Errorf("proxy key kept as %+v; want only the sha256 of the ${VAR:-default} value", k)
+	}
+	if cfg.Headers.BizLine != "X-Biz" || cfg.Headers.Session != "X-Tollgate-Session" {
+		t.Errorf("headers = %+v; want biz_line overridden and the rest defaulted", cfg.Headers)
+	}
+	if got, want := cfg.Upstreams[0].Timeouts, (Timeouts{2 * time.Second, 30 * time.Second, 10 * time.Second, 5 * time.Minute}); got != want {
+		t.Errorf("timeouts = %+v, want %+v", got, want)
+	}
+	if diff := cmp.Diff([]int{500, 502, 503}, cfg.Retry.OnStatus); diff != "" {
+		t.Errorf("on_status replaced, not merged (-want +got):\n%s", diff)
+	}
+	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
+		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)
+	}
+}
+
+func TestEmptyFileIsDefaults(t *testing.T) {
+	for _, in := range []string{"", "# nothing\n", "{}\n"} {
+		cfg, err := Parse([]byte(in), noEnv)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", in, err)
+		}
+		if diff := cmp.Diff(Default(), cfg); diff != "" {
+			t.Errorf("Parse(%q) differs from defaults:\n%s", in, diff)
+		}
+	}
+}
+
+func TestUpstreamListReplacesDefault(t *testing.T) {
+	cfg, err := Parse([]byte("upstreams:\n  - {name: x, url: 'http://127.0.0.1:9/v1', engine: tgi}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Upstreams) != 1 || cfg.Upstreams[0].Name != "x" || cfg.Upstreams[0].Engine != "tgi" {
+		t.Errorf("upstreams = %+v", cfg.Upstreams)
+	}
+}
+
+func TestEnvValueStaysString(t *testing.T) {
+	// A secret that looks like a number or a bool must stay the same string.
+	cfg, err := Parse([]byte("upstreams:\n  - {name: x, url: 'http://127.0.0.1:9/v1', engine: openai, api_key: '${K}'}\n"),
+		func(string) (string, bool) { return "0123", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstreams[0].APIKey != "0123" {
+		t.Errorf("api_key = %q, want 0123", cfg.Upstreams[0].APIKey)
+	}
+	if _, err := Parse([]byte("listen: ${ADDR}\n"), func(string) (string, bool) { return "127.0.0.1:1", true }); err != nil {
+		t.Errorf("expanded listen: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.yml")
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := Parse(b, noEnv)
+		if err == nil && cfg == nil {
+			t.Fatal("nil config without error")
+		}
+		if err != nil && strings.TrimSpace(err.Error()) == "" {
+			t.Fatal("empty error message")
+		}
+	})
+}

@@ -1,0 +1,382 @@
+package config
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads and validates a config file on top of the defaults.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := Parse(b, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over Default(), expanding ${VAR} and ${VAR:-default}
+// in values with lookup, rejecting unknown keys, then validates.
+func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	cfg := Default()
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cfg, cfg.Validate() // empty file: defaults
+		}
+		return nil, fmt.Errorf("yaml: %w", err)
+	}
+	if len(doc.Content) == 0 {
+		return cfg, cfg.Validate()
+	}
+	root := doc.Content[0]
+	if err := checkKeys(root, reflect.TypeOf(*cfg), ""); err != nil {
+		return nil, err
+	}
+	if err := expandEnv(root, "", lookup); err != nil {
+		return nil, err
+	}
+	// A list given in the file replaces the default list rather than merging
+	// into it element by element (yaml.v3 would keep default fields).
+	if n := mapValue(root, "upstreams"); n != nil {
+		cfg.Upstreams = nil
+	}
+	if n := mapValue(root, "retry"); n != nil && mapValue(n, "on_status") != nil {
+		cfg.Retry.OnStatus = nil
+	}
+	if err := root.Decode(cfg); err != nil {
+		return nil, fmt.Errorf("yaml: %w", cleanYAMLError(err))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// From here on only the hash of a proxy key exists in memory.
+	for i, k := range cfg.Auth.Keys {
+		if k.Key != "" {
+			cfg.Auth.Keys[i].KeySHA256, cfg.Auth.Keys[i].Key = k.Hash(), ""
+		}
+	}
+	return cfg, nil
+}
+
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// checkKeys walks the YAML tree beside the Go type and reports the first
+// key that the type does not have, with its full path and line.
+func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if t.PkgPath() == "time" { // time.Duration is int64, time.Time a struct: scalars in YAML
+			return nil
+		}
+		if n.Kind != yaml.MappingNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("%s: expected a mapping (line %d)", orRoot(path), n.Line)
+		}
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			f, ok := fields[k.Value]
+			if !ok {
+				return fmt.Errorf("%s: unknown key (line %d)", join(path, k.Value), k.Line)
+			}
+			if err := checkKeys(v, f.Type, join(path, k.Value)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("%s: expected a list (line %d)", orRoot(path), n.Line)
+		}
+		for i, c := range n.Content {
+			if err := checkKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return fmt.Errorf("%s: expected a mapping (line %d)", orRoot(path), n.Line)
+		}
+	}
+	return nil
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	m := make(map[string]reflect.StructField, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		m[name] = f
+	}
+	return m
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// expandEnv replaces ${VAR} in scalar values (never keys). An unset
+// variable without a default is an error naming the field, so a missing
+// secret is found at start-up rather than as a 401 from the upstream.
+func expandEnv(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := expandEnv(n.Content[i+1], join(path, n.Content[i].Value), lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandEnv(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "${") {
+			return nil
+		}
+		var missing string
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			m := envRef.FindStringSubmatch(ref)
+			if v, ok := lookup(m[1]); ok && v != "" {
+				return v
+			}
+			if m[2] != "" {
+				return m[3]
+			}
+			if missing == "" {
+				missing = m[1]
+			}
+			return ""
+		})
+		if missing != "" {
+			return fmt.Errorf("%s: environment variable %s is not set (line %d)", path, missing, n.Line)
+		}
+		// An expanded value is a plain string: "${PORT}" must not turn into
+		// an int tag, nor a secret into a bool.
+		if n.Tag == "" || n.Tag == "!!str" || n.Style != 0 {
+			n.Tag = "!!str"
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func orRoot(path string) string {
+	if path == "" {
+		return "(top level)"
+	}
+	return path
+}
+
+// yaml.v3 type errors say "cannot unmarshal !!str `abc` into int"; keep
+// them but drop the Go type jargon prefix.
+func cleanYAMLError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return errors.New(strings.Join(te.Errors, "; "))
+	}
+	return err
+}
+
+// Validate checks values and names the YAML path of the first bad one.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := splitHostPort(c.Listen); err != nil {
+		bad("listen", "%v", err)
+	}
+	if c.ShutdownGrace < 0 {
+		bad("shutdown_grace", "must not be negative")
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "must be one of debug, info, warn, error; got %q", c.Log.Level)
+	}
+	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
+		bad("log.format", "must be text or json; got %q", c.Log.Format)
+	}
+	if c.Store.SQLite.Path == "" {
+		bad("store.sqlite.path", "must not be empty")
+	}
+	if c.Store.QueueSize < 1 {
+		bad("store.queue_size", "must be at least 1")
+	}
+	if c.Store.BatchSize < 1 {
+		bad("store.batch_size", "must be at least 1")
+	}
+	if c.Store.FlushInterval <= 0 {
+		bad("store.flush_interval", "must be positive")
+	}
+	if len(c.Upstreams) == 0 {
+		bad("upstreams", "at least one upstream is needed")
+	}
+	names := map[string]bool{}
+	for i, u := range c.Upstreams {
+		p := fmt.Sprintf("upstreams[%d]", i)
+		if u.Name == "" {
+			bad(p+".name", "must not be empty")
+		} else if names[u.Name] {
+			bad(p+".name", "duplicate upstream name %q", u.Name)
+		}
+		names[u.Name] = true
+		if pu, err := url.Parse(u.URL); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad(p+".url", "must be an absolute http(s) URL such as http://127.0.0.1:8000/v1; got %q", u.URL)
+		}
+		if !slices.Contains(EngineKinds, u.Engine) {
+			bad(p+".engine", "must be one of %s; got %q", strings.Join(EngineKinds, ", "), u.Engine)
+		}
+		if len(u.Models) == 0 && len(c.Upstreams) > 1 {
+			bad(p+".models", "must list the models it serves when there are several upstreams")
+		}
+		for j, m := range u.Models {
+			if strings.TrimSpace(m) == "" {
+				bad(fmt.Sprintf("%s.models[%d]", p, j), "must not be empty")
+			}
+		}
+		t := u.Timeouts
+		for _, d := range []struct {
+			k string
+			v int64
+		}{{"connect", int64(t.Connect)}, {"first_token", int64(t.FirstToken)}, {"idle", int64(t.Idle)}, {"total", int64(t.Total)}} {
+			if d.v < 0 {
+				bad(p+".timeouts."+d.k, "must not be negative")
+			}
+		}
+	}
+	if c.Retry.Attempts < 1 {
+		bad("retry.attempts", "must be at least 1 (1 disables retries)")
+	}
+	for i, s := range c.Retry.OnStatus {
+		if s < 400 || s > 599 {
+			bad(fmt.Sprintf("retry.on_status[%d]", i), "must be an HTTP error status (400–599); got %d", s)
+		}
+	}
+	hashes := map[string]bool{}
+	for i, k := range c.Auth.Keys {
+		p := fmt.Sprintf("auth.keys[%d]", i)
+		switch {
+		case k.Key == "" && k.KeySHA256 == "":
+			bad(p, "needs key or key_sha256")
+		case k.Key != "" && k.KeySHA256 != "":
+			bad(p, "give key or key_sha256, not both")
+		case k.KeySHA256 != "":
+			if b, err := hex.DecodeString(k.KeySHA256); err != nil || len(b) != 32 {
+				bad(p+".key_sha256", "must be 64 hex characters")
+			}
+		}
+		if k.UserID == "" {
+			bad(p+".user_id", "must not be empty")
+		}
+		h := k.Hash()
+		if hashes[h] {
+			bad(p, "duplicate key")
+		}
+		hashes[h] = true
+	}
+	for _, h := range []struct{ k, v string }{
+		{"headers.biz_line", c.Headers.BizLine}, {"headers.session", c.Headers.Session},
+		{"headers.template", c.Headers.Template}, {"headers.tags", c.Headers.Tags}, {"headers.request_id", c.Headers.RequestID},
+	} {
+		if h.v == "" || strings.ContainsAny(h.v, " :\t\r\n") {
+			bad(h.k, "must be a header name; got %q", h.v)
+		}
+	}
+	if c.Limits.MaxRequestBytes < 1 {
+		bad("limits.max_request_bytes", "must be at least 1")
+	}
+	if c.Limits.MaxResponseBytes < 1 {
+		bad("limits.max_response_bytes", "must be at least 1")
+	}
+	if c.Sampling.Normal < 0 || c.Sampling.Normal > 1 {
+		bad("sampling.normal", "must be between 0 and 1; got %v", c.Sampling.Normal)
+	}
+	if c.Sampling.Slow < 0 {
+		bad("sampling.slow", "must not be negative")
+	}
+	if c.Metrics.MaxModels < 0 {
+		bad("metrics.max_models", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// Hash is the SHA-256 of the key, however it was given.
+func (k Key) Hash() string {
+	if k.KeySHA256 != "" {
+		return strings.ToLower(k.KeySHA256)
+	}
+	return HashKey(k.Key)
+}
+
+// TimeoutsOrDefault fills unset timeouts from DefaultTimeouts.
+func (u Upstream) TimeoutsOrDefault() Timeouts {
+	t := u.Timeouts
+	if t.Connect == 0 {
+		t.Connect = DefaultTimeouts.Connect
+	}
+	if t.FirstToken == 0 {
+		t.FirstToken = DefaultTimeouts.FirstToken
+	}
+	if t.Idle == 0 {
+		t.Idle = DefaultTimeouts.Idle
+	}
+	if t.Total == 0 {
+		t.Total = DefaultTimeouts.Total
+	}
+	return t
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return "", 0, fmt.Errorf("must be host:port; got %q", addr)
+	}
+	p, err := strconv.Atoi(addr[i+1:])
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("port must be 0–65535; got %q", addr)
+	}
+	return addr[:i], p, nil
+}
