@@ -19,6 +19,11 @@ const (
 	SourceEngine    Source = "engine"    // the engine's usage object: authoritative
 	SourceTokenizer Source = "tokenizer" // counted with the served model's own tokenizer
 	SourceMerged    Source = "merged"    // engine figures completed by the tokenizer
+	// SourceChunks: the engine reported nothing and no tokenizer is
+	// configured for the model; output tokens are the content chunks
+	// streamed (exact on vLLM and SGLang, which send one token per chunk),
+	// input tokens are unknown (0).
+	SourceChunks Source = "chunks"
 )
 
 // Error types: how a request ended when it did not end well. The set is

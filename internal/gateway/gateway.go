@@ -1,0 +1,294 @@
+// Package gateway is tollgate's HTTP front: it authenticates a request,
+// routes it to an upstream engine by model, proxies it (streaming events
+// through as they arrive while reading the same bytes on the side), and
+// turns what it saw into a Record handed to the metrics and the store.
+// The request path reads top to bottom: handleInference → attempt →
+// streamResponse or bufferedResponse → finish.
+package gateway
+
+import (
+	"errors"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// Options wire a Gateway.
+type Options struct {
+	Config  *config.Config
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	// Sink receives every finished Record. It must not block (the store's
+	// Writer.Enqueue is the production sink).
+	Sink func(*record.Record)
+	// MetricsHandler serves /metrics.
+	MetricsHandler http.Handler
+	// Ready reports whether dependencies (the store) are healthy, for /readyz.
+	Ready func() error
+}
+
+// Gateway is the proxy.
+type Gateway struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	sink     func(*record.Record)
+	auth     *auth
+	routes   *router
+	mux      *http.ServeMux
+	ready    func() error
+	draining atomic.Bool
+	sampleN  uint32 // normal requests kept per 10,000
+}
+
+// ErrShutdown is the cancellation cause main gives in-flight requests when
+// the shutdown grace period runs out.
+var ErrShutdown = errors.New("gateway shutting down")
+
+// New builds a Gateway from its options.
+func New(o Options) (*Gateway, error) {
+	if o.Config == nil || o.Metrics == nil || o.Sink == nil || o.Log == nil {
+		return nil, errors.New("gateway: Config, Log, Metrics and Sink are required")
+	}
+	g := &Gateway{
+		cfg:     o.Config,
+		log:     o.Log,
+		metrics: o.Metrics,
+		sink:    o.Sink,
+		auth:    newAuth(o.Config.Auth.Keys),
+		routes:  newRouter(o.Config.Upstreams),
+		ready:   o.Ready,
+		sampleN: uint32(o.Config.Sampling.Normal * 10000),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "chat") })
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "completions") })
+	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "embeddings") })
+	mux.HandleFunc("GET /v1/models", g.handleModels)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", g.handleReady)
+	if o.MetricsHandler != nil {
+		mux.Handle("GET /metrics", o.MetricsHandler)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path + "."})
+	})
+	g.mux = mux
+	return g, nil
+}
+
+// Handler is the gateway's HTTP handler.
+func (g *Gateway) Handler() http.Handler { return g.mux }
+
+// Drain marks the gateway as shutting down: /readyz fails so load
+// balancers stop sending, while in-flight requests finish.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+// Close releases idle upstream connections.
+func (g *Gateway) Close() { g.routes.closeIdle() }
+
+func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
+	if g.draining.Load() {
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
+	if g.ready != nil {
+		if err := g.ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// handleInference serves chat, completions and embeddings: one logical
+// request, one Record per upstream attempt.
+func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoint string) {
+	arrival := time.Now()
+	g.metrics.InFlight().Inc()
+	defer g.metrics.InFlight().Dec()
+
+	rec := &record.Record{Arrival: arrival, Endpoint: endpoint, Attempt: 1}
+	since := func() time.Duration { return max(time.Since(arrival), 1) }
+
+	h := g.cfg.Headers
+	id := r.Header.Get(h.RequestID)
+	if !validClientID(id) {
+		id = newRequestID()
+	}
+	rec.RequestID, rec.LogicalRequestID = id, id
+	tc, ok := parseTraceparent(r.Header.Get("Traceparent"))
+	if !ok {
+		tc = newTrace()
+	}
+	rec.TraceID, rec.SpanID = tc.TraceID, tc.SpanID
+	w.Header().Set("X-Request-Id", id)
+
+	ident, aerr := g.auth.identify(r)
+	rec.UserID, rec.KeyID, rec.Team = ident.UserID, ident.KeyID, ident.Team
+	// A key's own business line is authoritative for billing; the header
+	// only attributes requests whose key has none.
+	rec.BizLine = ident.BizLine
+	if rec.BizLine == "" {
+		rec.BizLine = headerValue(r, h.BizLine, 64)
+	}
+	rec.SessionID = headerValue(r, h.Session, 128)
+	rec.TemplateID = headerValue(r, h.Template, 128)
+	rec.Tags = parseTags(r.Header.Get(h.Tags))
+	rec.Marks.AuthDone = since()
+	if aerr != nil {
+		g.reject(w, rec, aerr, since)
+		return
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.Limits.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			g.reject(w, rec, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+				Message: "Request body is larger than the gateway's limit (limits.max_request_bytes)."}, since)
+			return
+		}
+		rec.ClientDisconnect = true
+		g.reject(w, rec, &apiError{Status: record.StatusClientClosed, Type: "invalid_request_error", Code: record.ErrClientDisconnect,
+			Message: "client closed the connection while sending the request"}, since)
+		return
+	}
+	cr, aerr := parseRequest(body, endpoint, rec)
+	if aerr != nil {
+		g.reject(w, rec, aerr, since)
+		return
+	}
+	cands := g.routes.candidates(rec.Model)
+	if len(cands) == 0 {
+		g.reject(w, rec, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
+			Message: "The model `" + rec.Model + "` does not exist or no upstream serves it."}, since)
+		return
+	}
+	rec.Marks.Admitted = since()
+
+	upBody := body
+	injected := false
+	if rec.Stream && !rec.IncludeUsage {
+		if b, err := withIncludeUsage(body, cr); err == nil {
+			upBody, injected = b, true
+		}
+	}
+
+	ex := &exchange{g: g, w: w, r: r, body: upBody, injected: injected, trace: tc, since: since}
+	attempts := min(len(cands), g.cfg.Retry.Attempts)
+	for i := range attempts {
+		cur := rec
+		if i > 0 {
+			cur = retryRecord(rec, i)
+		}
+		cur.Upstream, cur.Engine = cands[i].cfg.Name, cands[i].cfg.Engine
+		retry := ex.attempt(cur, cands[i], i < attempts-1)
+		g.finish(cur)
+		if !retry {
+			return
+		}
+	}
+}
+
+// retryRecord starts the Record of attempt i+1 from the first attempt's
+// identity and input features; marks before the upstream are shared.
+func retryRecord(first *record.Record, i int) *record.Record {
+	n := &record.Record{
+		LogicalRequestID: first.LogicalRequestID, Attempt: i + 1, Retries: i,
+		TraceID: first.TraceID, SpanID: newSpanID(),
+		UserID: first.UserID, KeyID: first.KeyID, Team: first.Team, BizLine: first.BizLine,
+		SessionID: first.SessionID, TemplateID: first.TemplateID, Tags: first.Tags,
+		Endpoint: first.Endpoint, Model: first.Model,
+		Stream: first.Stream, IncludeUsage: first.IncludeUsage, MaxTokens: first.MaxTokens,
+		Temperature: first.Temperature, TopP: first.TopP, PromptSHA256: first.PromptSHA256,
+		PromptBytes: first.PromptBytes, Messages: first.Messages, RequestBytes: first.RequestBytes,
+		Arrival: first.Arrival,
+	}
+	n.RequestID = first.LogicalRequestID + ".a" + strconv.Itoa(i+1)
+	n.Marks.AuthDone, n.Marks.Admitted = first.Marks.AuthDone, first.Marks.Admitted
+	return n
+}
+
+// reject answers a request the gateway refuses itself, and records it:
+// the ledger holds every request, refused ones included.
+func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError, since func() time.Duration) {
+	if e.Status != record.StatusClientClosed {
+		rec.ResponseBytes = int64(writeError(w, e))
+	}
+	rec.Status = e.Status
+	rec.ErrorType = e.Code
+	switch e.Code {
+	case "invalid_api_key":
+		rec.ErrorType = record.ErrAuth
+	case "invalid_request", "request_too_large":
+		rec.ErrorType = record.ErrInvalidRequest
+	}
+	rec.ErrorMessage = e.Message
+	rec.Marks.End = since()
+	g.finish(rec)
+}
+
+// finish derives the figures, decides sampling, and hands the Record on.
+func (g *Gateway) finish(rec *record.Record) {
+	if rec.Usage.Source == "" {
+		rec.Usage.Source = record.SourceNone
+	}
+	rec.Finish()
+	rec.Sampled = !rec.OK() || rec.Derived.E2E >= g.cfg.Sampling.Slow || g.sampleHit(rec.RequestID)
+	if !rec.Sampled {
+		rec.Timeline = nil
+	}
+	g.metrics.Observe(rec)
+	g.sink(rec)
+}
+
+// sampleHit is deterministic per request id, so every replica and every
+// replay makes the same decision.
+func (g *Gateway) sampleHit(id string) bool {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum32()%10000 < g.sampleN
+}
+
+func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) {
+	if _, aerr := g.auth.identify(r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if u := g.routes.wildcard; u != nil {
+		// One upstream serving every model: its own list is the truth.
+		g.forwardModels(w, r, u)
+		return
+	}
+	writeModelList(w, g.routes.modelNames())
+}
+
+func headerValue(r *http.Request, name string, limit int) string {
+	v := r.Header.Get(name)
+	if len(v) > limit {
+		v = v[:limit]
+	}
+	return strings.TrimSpace(v)
+}
+
+// isDialError reports a failure to connect: safe to retry elsewhere, since
+// the upstream never saw the request.
+func isDialError(err error) (dial, timeout bool) {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true, op.Timeout()
+	}
+	return false, false
+}

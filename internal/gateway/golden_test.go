@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// TestGoldenTranscripts plays recorded upstream streams through the real
+// gateway and pins, for each, the exact bytes the client receives and the
+// Record written. Review a golden diff like code: it is the contract.
+func TestGoldenTranscripts(t *testing.T) {
+	chatBody := `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"Why is the sky blue?"}],"stream":true,"max_tokens":64}`
+	cases := []struct {
+		name      string
+		endpoint  string
+		body      string
+		wantInjct bool // the gateway must add include_usage upstream
+	}{
+		{"vllm_chat", "/v1/chat/completions", chatBody, true},
+		{"openai_usage_null", "/v1/chat/completions", chatBody, true},
+		{"completions", "/v1/completions", `{"model":"Qwen/Qwen3-8B","prompt":"Tell a story","stream":true,"stream_options":{"include_usage":true},"max_tokens":4}`, false},
+		{"cut", "/v1/chat/completions", chatBody, true},
+		{"malformed", "/v1/chat/completions", chatBody, true},
+		{"reasoning_keepalive", "/v1/chat/completions", chatBody, true},
+		{"tool_calls", "/v1/chat/completions", `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"stream":true}`, true},
+		{"engine_error", "/v1/chat/completions", chatBody, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			transcript, err := os.ReadFile(filepath.Join("testdata/sse", tc.name+".sse"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			up := newTranscriptUpstream(t, string(transcript))
+			tg := newTestGateway(t, testConfig(up.URL()))
+
+			resp := post(t, tg.URL+tc.endpoint, tc.body, map[string]string{"X-Tollgate-Biz": "search"})
+			got := readAll(t, resp)
+			rec := tg.next(t)
+			tg.noMore(t)
+
+			sent := <-up.bodies
+			var upReq map[string]any
+			if err := json.Unmarshal(sent, &upReq); err != nil {
+				t.Fatalf("upstream received invalid JSON %q: %v", sent, err)
+			}
+			so, _ := upReq["stream_options"].(map[string]any)
+			if so["include_usage"] != true {
+				t.Errorf("upstream body lacks stream_options.include_usage=true: %s", sent)
+			}
+			if !tc.wantInjct && string(sent) != tc.body {
+				t.Errorf("body changed although the client asked for usage itself:\n got %s\nwant %s", sent, tc.body)
+			}
+			if tc.wantInjct {
+				// Apart from the injected member, the body is byte-identical.
+				if s := strings.Replace(string(sent), `"stream_options":{"include_usage":true},`, "", 1); s != tc.body {
+					t.Errorf("injection changed other bytes:\n got %s\nwant %s", s, tc.body)
+				}
+			}
+
+			checkGolden(t, filepath.Join("testdata/sse", tc.name+".client"), got)
+			checkGolden(t, filepath.Join("testdata/sse", tc.name+".record.json"), goldenRecord(t, rec))
+			checkInvariants(t, rec)
+		})
+	}
+}
+
+func checkGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (-want +got):\n%s", path, cmp.Diff(string(want), string(got)))
+	}
+}
+
+// checkInvariants holds for every Record, whatever happened.
+func checkInvariants(t *testing.T, r *record.Record) {
+	t.Helper()
+	u := r.Usage
+	if u.CachedInputTokens > u.InputTokens {
+		t.Errorf("cached %d > input %d", u.CachedInputTokens, u.InputTokens)
+	}
+	if u.ReasoningTokens > u.OutputTokens {
+		t.Errorf("reasoning %d > output %d", u.ReasoningTokens, u.OutputTokens)
+	}
+	d := r.Derived
+	if d.E2E <= 0 {
+		t.Errorf("E2E = %v, want > 0", d.E2E)
+	}
+	if d.TTFT != nil && *d.TTFT > d.E2E {
+		t.Errorf("TTFT %v > E2E %v", *d.TTFT, d.E2E)
+	}
+	if d.TPOT != nil {
+		want := (d.E2E - *d.TTFT) / time.Duration(u.OutputTokens-1)
+		if *d.TPOT != want {
+			t.Errorf("TPOT = %v, want (E2E−TTFT)/(n−1) = %v", *d.TPOT, want)
+		}
+	}
+	m := r.Marks
+	if r.Stream && u.OutputTokens > 0 && m.LastToken > m.FirstClientToken && m.FirstClientToken > 0 {
+		want := float64(u.OutputTokens) / (m.LastToken - m.FirstClientToken).Seconds()
+		if d.DecodeRate == nil || *d.DecodeRate != want {
+			t.Errorf("decode rate = %v, want n/(last−first) = %v", d.DecodeRate, want)
+		}
+	}
+	ordered := []time.Duration{m.AuthDone, m.Admitted, m.UpstreamSent, m.UpstreamHeaders, m.FirstUpstreamToken, m.FirstClientToken, m.LastToken, m.End}
+	prev := time.Duration(0)
+	for i, v := range ordered {
+		if v == 0 {
+			continue
+		}
+		if v < prev {
+			t.Errorf("mark %d (%v) before an earlier mark (%v): %+v", i, v, prev, m)
+		}
+		prev = v
+	}
+	for i := 1; i < len(r.Timeline); i++ {
+		if r.Timeline[i].Index <= r.Timeline[i-1].Index || r.Timeline[i].Offset < r.Timeline[i-1].Offset {
+			t.Errorf("timeline not increasing: %v", r.Timeline)
+		}
+	}
+}

@@ -1,0 +1,458 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/usage"
+)
+
+// Causes of an upstream exchange being cut by the gateway's own timers.
+var (
+	errFirstTokenTimeout = errors.New("no first token within the first_token timeout")
+	errIdleTimeout       = errors.New("stream idle longer than the idle timeout")
+	errTotalTimeout      = errors.New("request exceeded the total timeout")
+	errMalformed         = errors.New("upstream sent a malformed stream chunk")
+	errEndedEarly        = errors.New("upstream stream ended before its end marker")
+)
+
+// maxEventBytes bounds one SSE event; a chunk is normally a few hundred
+// bytes, so anything near this is an engine gone wrong.
+const maxEventBytes = 4 << 20
+
+var endpointPath = map[string]string{
+	"chat":        "/chat/completions",
+	"completions": "/completions",
+	"embeddings":  "/embeddings",
+}
+
+// exchange is one logical request's trip through the gateway; attempt is
+// called once per upstream tried.
+type exchange struct {
+	g        *Gateway
+	w        http.ResponseWriter
+	r        *http.Request
+	body     []byte
+	injected bool // include_usage added by the gateway: strip the usage chunk
+	trace    traceContext
+	since    func() time.Duration
+}
+
+// watchdog enforces the first-token and idle timeouts with one timer
+// whose meaning changes with the phase, so the per-chunk cost is a Reset.
+type watchdog struct {
+	t     *time.Timer
+	phase atomic.Int32 // 0 waiting for the first token, 1 streaming
+	idle  time.Duration
+}
+
+func newWatchdog(first, idle time.Duration, cancel context.CancelCauseFunc) *watchdog {
+	wd := &watchdog{idle: idle}
+	if first <= 0 {
+		first = 1<<63 - 1
+	}
+	wd.t = time.AfterFunc(first, func() {
+		if wd.phase.Load() == 0 {
+			cancel(errFirstTokenTimeout)
+		} else {
+			cancel(errIdleTimeout)
+		}
+	})
+	return wd
+}
+
+// firstToken switches from the first-token to the idle timeout.
+func (wd *watchdog) firstToken() {
+	wd.phase.Store(1)
+	wd.progress()
+}
+
+// progress re-arms the idle timeout once streaming has begun.
+func (wd *watchdog) progress() {
+	if wd.phase.Load() == 0 {
+		return
+	}
+	if wd.idle > 0 {
+		wd.t.Reset(wd.idle)
+	} else {
+		wd.t.Stop()
+	}
+}
+
+func (wd *watchdog) stop() { wd.t.Stop() }
+
+// attempt sends the request to u and relays the answer to the client. It
+// returns true when the attempt failed before anything reached the client,
+// in a way that may be retried on another upstream, and canRetry allows it.
+func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (retry bool) {
+	t := u.timeouts
+	ctx, cancel := context.WithCancelCause(ex.r.Context())
+	defer cancel(nil)
+	if t.Total > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, t.Total, errTotalTimeout)
+		defer stop()
+	}
+	wd := newWatchdog(t.FirstToken, t.Idle, cancel)
+	defer wd.stop()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.base+endpointPath[rec.Endpoint], bytes.NewReader(ex.body))
+	if err != nil {
+		ex.fail(rec, http.StatusInternalServerError, record.ErrInternal, "could not build the upstream request")
+		return false
+	}
+	copyRequestHeaders(req.Header, ex.r.Header)
+	req.Header.Set("Content-Type", "application/json")
+	tc := ex.trace
+	tc.SpanID = rec.SpanID
+	req.Header.Set("Traceparent", tc.header())
+	req.Header.Set("X-Request-Id", rec.RequestID)
+	if u.cfg.APIKey != "" || ex.g.auth.open {
+		setUpstreamAuth(req, ex.r, u)
+	}
+
+	rec.Marks.UpstreamSent = ex.since()
+	resp, err := u.client.Do(req)
+	if err != nil {
+		status, typ := ex.classify(ctx, err)
+		if dial, _ := isDialError(err); dial && canRetry {
+			ex.record(rec, status, typ, "could not connect to upstream "+u.cfg.Name)
+			return true
+		}
+		ex.fail(rec, status, typ, upstreamMessage(typ, u.cfg.Name))
+		return false
+	}
+	defer resp.Body.Close()
+	rec.Marks.UpstreamHeaders = ex.since()
+	rec.UpstreamStatus = resp.StatusCode
+
+	if resp.StatusCode >= 400 && canRetry && slices.Contains(ex.g.cfg.Retry.OnStatus, resp.StatusCode) {
+		// Nothing reached the client yet: answer from another upstream.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+u.cfg.Name+" answered "+strconv.Itoa(resp.StatusCode))
+		return true
+	}
+	if resp.StatusCode < 400 && isEventStream(resp.Header) {
+		ex.streamResponse(ctx, rec, resp, wd)
+	} else {
+		wd.stop()
+		ex.bufferedResponse(ctx, rec, resp)
+	}
+	return false
+}
+
+// streamResponse is the SSE tap: each event goes to the client as it
+// arrives, unchanged, while the same bytes are read for tokens and usage.
+func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp *http.Response, wd *watchdog) {
+	w := ex.w
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Set("Server-Timing", serverTiming(rec, false))
+	w.WriteHeader(resp.StatusCode)
+	rec.Status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	clientGone := rc.Flush() != nil
+
+	er := usage.NewEventReader(resp.Body, maxEventBytes)
+	var (
+		tl       timeline
+		upErr    error
+		done     bool
+		engErr   string
+		finished bool
+	)
+	for !clientGone {
+		ev, err := er.Next()
+		if err != nil {
+			upErr = err
+			break
+		}
+		out := ev.Raw
+		if ev.Data != nil {
+			if ev.Done() {
+				done = true
+			} else {
+				c, perr := usage.ParseChunk(ev.Data)
+				if perr != nil {
+					upErr = errMalformed
+					break
+				}
+				if rec.ServedModel == "" {
+					rec.ServedModel = c.Model
+				}
+				if c.Usage != nil {
+					rec.Usage = *c.Usage
+				}
+				if c.FinishReason != "" {
+					rec.FinishReason, finished = c.FinishReason, true
+				}
+				if c.Error != "" {
+					engErr = c.Error
+				}
+				if ex.injected {
+					if c.UsageOnly {
+						wd.progress()
+						continue // the client did not ask for it
+					}
+					out = stripUsageNull(out)
+				}
+				if c.HasContent {
+					if tl.written == 0 {
+						rec.Marks.FirstUpstreamToken = ex.since()
+						rec.FirstChunkBytes = c.Content
+						wd.firstToken()
+					}
+					rec.ContentBytes += int64(c.Content)
+					tl.written++
+				}
+			}
+		}
+		wd.progress()
+		n, werr := w.Write(out)
+		rec.ResponseBytes += int64(n)
+		if werr != nil {
+			clientGone = true
+			break
+		}
+		// Events that arrived together leave in one flush; an event is
+		// never held back waiting for one that has not arrived.
+		if !er.EventBuffered() {
+			if rc.Flush() != nil {
+				clientGone = true
+				break
+			}
+			tl.flushed(rec, ex.since())
+		}
+		if done {
+			// Let the connection be reused: read the (normally empty) rest.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			break
+		}
+	}
+	if !clientGone && rc.Flush() == nil {
+		tl.flushed(rec, ex.since())
+	}
+	tl.close(rec)
+	rec.ContentChunks = tl.written
+	if rec.Usage.Source == "" && tl.written > 0 {
+		// The engine never reported usage (stream cut, or an engine that
+		// does not): count what was streamed, one token per chunk.
+		rec.Usage = record.Usage{OutputTokens: int64(tl.written), Source: record.SourceChunks}
+	}
+
+	switch {
+	case clientGone:
+		ex.record(rec, record.StatusClientClosed, record.ErrClientDisconnect, "client closed the connection mid-stream")
+		rec.ClientDisconnect = true
+	case engErr != "":
+		ex.record(rec, http.StatusBadGateway, record.ErrUpstreamStatus, "the engine sent an error event: "+engErr)
+	case upErr == nil || (errors.Is(upErr, io.EOF) && (done || finished)):
+		ex.record(rec, resp.StatusCode, record.ErrNone, "")
+	default:
+		if errors.Is(upErr, io.EOF) {
+			upErr = errEndedEarly
+		}
+		status, typ := ex.classify(ctx, upErr)
+		if status == record.StatusClientClosed {
+			rec.ClientDisconnect = true
+			ex.record(rec, status, typ, "client closed the connection mid-stream")
+			break
+		}
+		msg := upstreamMessage(typ, rec.Upstream)
+		ex.record(rec, status, typ, msg)
+		// Tell the client the answer is incomplete rather than ending as if
+		// it were whole.
+		n, _ := w.Write(streamError(&apiError{Type: "server_error", Code: typ, Message: msg}))
+		rec.ResponseBytes += int64(n)
+		_ = rc.Flush()
+	}
+}
+
+// timeline turns "written" content chunks into client-side marks at the
+// moment they are flushed: the token timeline keeps the first chunk,
+// every 10th and the last.
+type timeline struct {
+	written int // content chunks written to the client
+	marked  int // content chunks whose flush time is known
+}
+
+func (tl *timeline) flushed(rec *record.Record, at time.Duration) {
+	for i := tl.marked; i < tl.written; i++ {
+		if i == 0 {
+			rec.Marks.FirstClientToken = at
+		}
+		if i%10 == 0 {
+			rec.Timeline = append(rec.Timeline, record.TimelinePoint{Index: i, Offset: at})
+		}
+		rec.Marks.LastToken = at
+	}
+	tl.marked = tl.written
+}
+
+func (tl *timeline) close(rec *record.Record) {
+	last := tl.marked - 1
+	if last > 0 && last%10 != 0 {
+		rec.Timeline = append(rec.Timeline, record.TimelinePoint{Index: last, Offset: rec.Marks.LastToken})
+	}
+}
+
+// bufferedResponse relays a non-streamed answer (or any error answer):
+// read whole, parsed for usage, then written with its Content-Length.
+func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, resp *http.Response) {
+	limit := ex.g.cfg.Limits.MaxResponseBytes
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		status, typ := ex.classify(ctx, err)
+		ex.fail(rec, status, typ, upstreamMessage(typ, rec.Upstream))
+		return
+	}
+	if int64(len(body)) > limit {
+		ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream response is larger than limits.max_response_bytes")
+		return
+	}
+	ok := resp.StatusCode < 400
+	if ok {
+		rec.Marks.FirstUpstreamToken = ex.since()
+		pr, perr := usage.ParseResponse(body)
+		if perr != nil {
+			ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream "+rec.Upstream+" sent a response that is not valid JSON")
+			return
+		}
+		rec.ServedModel, rec.FinishReason = pr.Model, pr.FinishReason
+		rec.ContentBytes = int64(pr.Content)
+		if pr.Usage != nil {
+			rec.Usage = *pr.Usage
+		}
+	}
+	h := ex.w.Header()
+	copyHeaders(h, resp.Header)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Server-Timing", serverTiming(rec, true))
+	ex.w.WriteHeader(resp.StatusCode)
+	n, werr := ex.w.Write(body)
+	rec.ResponseBytes = int64(n)
+	if werr == nil {
+		werr = http.NewResponseController(ex.w).Flush()
+	}
+	switch {
+	case werr != nil:
+		rec.ClientDisconnect = true
+		ex.record(rec, record.StatusClientClosed, record.ErrClientDisconnect, "client closed the connection before the response was written")
+	case !ok:
+		ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+rec.Upstream+" answered "+strconv.Itoa(resp.StatusCode))
+	default:
+		at := ex.since()
+		rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
+		ex.record(rec, resp.StatusCode, record.ErrNone, "")
+	}
+}
+
+// fail answers the client with a gateway error (when nothing was sent yet)
+// and records the outcome.
+func (ex *exchange) fail(rec *record.Record, status int, typ, msg string) {
+	if status != record.StatusClientClosed {
+		e := &apiError{Status: status, Type: "server_error", Code: typ, Message: msg}
+		if status == http.StatusServiceUnavailable && typ == record.ErrShutdown {
+			ex.w.Header().Set("Retry-After", "1")
+		}
+		rec.ResponseBytes = int64(writeError(ex.w, e))
+	} else {
+		rec.ClientDisconnect = true
+	}
+	ex.record(rec, status, typ, msg)
+}
+
+func (ex *exchange) record(rec *record.Record, status int, typ, msg string) {
+	rec.Status, rec.ErrorType, rec.ErrorMessage = status, typ, msg
+	rec.Marks.End = ex.since()
+}
+
+// classify names why an exchange failed, in order of who ended it: the
+// client, the gateway's shutdown, the gateway's timers, the network.
+func (ex *exchange) classify(ctx context.Context, err error) (int, string) {
+	if cctx := ex.r.Context(); cctx.Err() != nil {
+		if errors.Is(context.Cause(cctx), ErrShutdown) {
+			return http.StatusServiceUnavailable, record.ErrShutdown
+		}
+		return record.StatusClientClosed, record.ErrClientDisconnect
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		return http.StatusGatewayTimeout, record.ErrFirstTokenTimeout
+	case errors.Is(cause, errIdleTimeout):
+		return http.StatusGatewayTimeout, record.ErrIdleTimeout
+	case errors.Is(cause, errTotalTimeout):
+		return http.StatusGatewayTimeout, record.ErrTotalTimeout
+	}
+	if errors.Is(err, errMalformed) || errors.Is(err, usage.ErrEventTooLarge) {
+		return http.StatusBadGateway, record.ErrMalformed
+	}
+	if dial, timeout := isDialError(err); dial {
+		if timeout {
+			return http.StatusGatewayTimeout, record.ErrConnectTimeout
+		}
+		return http.StatusBadGateway, record.ErrConnect
+	}
+	return http.StatusBadGateway, record.ErrUpstreamReset
+}
+
+func upstreamMessage(typ, name string) string {
+	switch typ {
+	case record.ErrConnect:
+		return "could not connect to upstream " + name
+	case record.ErrConnectTimeout:
+		return "timed out connecting to upstream " + name
+	case record.ErrFirstTokenTimeout:
+		return "upstream " + name + " sent no first token within the first_token timeout"
+	case record.ErrIdleTimeout:
+		return "upstream " + name + " stalled longer than the idle timeout"
+	case record.ErrTotalTimeout:
+		return "upstream " + name + " did not finish within the total timeout"
+	case record.ErrMalformed:
+		return "upstream " + name + " sent a malformed response"
+	case record.ErrShutdown:
+		return "the gateway is shutting down; retry"
+	case record.ErrClientDisconnect:
+		return "client closed the connection"
+	default:
+		return "upstream " + name + " ended the response unexpectedly"
+	}
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == "text/event-stream"
+}
+
+// serverTiming renders what the gateway knows so far as a Server-Timing
+// header: auth (arrival → key checked), queue (→ admitted: reading and
+// validating the body, and admission), upstream (request sent → headers
+// for a stream, → whole body otherwise).
+func serverTiming(rec *record.Record, whole bool) string {
+	m := rec.Marks
+	up := m.UpstreamHeaders - m.UpstreamSent
+	if whole && m.FirstUpstreamToken > 0 {
+		up = m.FirstUpstreamToken - m.UpstreamSent
+	}
+	b := make([]byte, 0, 96)
+	b = appendTiming(b, "auth", m.AuthDone)
+	b = append(b, ", "...)
+	b = appendTiming(b, "queue", m.Admitted-m.AuthDone)
+	b = append(b, ", "...)
+	b = appendTiming(b, "upstream", up)
+	return string(b)
+}
+
+func appendTiming(b []byte, name string, d time.Duration) []byte {
+	b = append(b, name...)
+	b = append(b, ";dur="...)
+	return strconv.AppendFloat(b, float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}

@@ -1,0 +1,317 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// identity is who a request is billed to.
+type identity struct {
+	UserID, KeyID, BizLine, Team string
+}
+
+// auth resolves API keys. Only SHA-256 hashes of keys are held; a lookup
+// hashes the presented key and finds it in a map, so no stored secret is
+// ever compared byte by byte.
+type auth struct {
+	byHash map[string]identity
+	open   bool
+}
+
+func newAuth(keys []config.Key) *auth {
+	a := &auth{byHash: make(map[string]identity, len(keys)), open: len(keys) == 0}
+	for _, k := range keys {
+		h := k.Hash()
+		a.byHash[h] = identity{UserID: k.UserID, KeyID: h[:12], BizLine: k.BizLine, Team: k.Team}
+	}
+	return a
+}
+
+// presentedKey reads the client's key from Authorization: Bearer, or the
+// api-key / x-api-key headers some SDKs use.
+func presentedKey(r *http.Request) string {
+	if v := r.Header.Get("Authorization"); v != "" {
+		if k, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return strings.TrimSpace(k)
+		}
+		return ""
+	}
+	if v := r.Header.Get("X-Api-Key"); v != "" {
+		return v
+	}
+	return r.Header.Get("Api-Key")
+}
+
+func (a *auth) identify(r *http.Request) (identity, *apiError) {
+	key := presentedKey(r)
+	if a.open {
+		if key == "" {
+			return identity{UserID: "anonymous"}, nil
+		}
+		h := config.HashKey(key)
+		return identity{UserID: "key-" + h[:12], KeyID: h[:12]}, nil
+	}
+	if key == "" {
+		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "Missing API key. Send it as 'Authorization: Bearer <key>'."}
+	}
+	id, ok := a.byHash[config.HashKey(key)]
+	if !ok {
+		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "Incorrect API key provided."}
+	}
+	return id, nil
+}
+
+// clientRequest holds the few request fields tollgate reads; the body is
+// forwarded as sent (bar the include_usage injection).
+type clientRequest struct {
+	Model               string          `json:"model"`
+	Stream              *bool           `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	Messages            json.RawMessage `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Input               json.RawMessage `json:"input"`
+}
+
+type streamOptions struct {
+	IncludeUsage *bool `json:"include_usage"`
+}
+
+// parseRequest validates the body's shape and fills the Record's input
+// features. Field-type errors name the field, as OpenAI does.
+func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequest, *apiError) {
+	var cr clientRequest
+	if err := json.Unmarshal(body, &cr); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, badRequest(te.Field, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+		}
+		return nil, badRequest("", "We could not parse the JSON body of your request: "+err.Error())
+	}
+	if cr.Model == "" {
+		return nil, badRequest("model", "you must provide a model parameter")
+	}
+	rec.Model = cr.Model
+	rec.Stream = cr.Stream != nil && *cr.Stream
+	if endpoint == "embeddings" && rec.Stream {
+		return nil, badRequest("stream", "embeddings cannot be streamed")
+	}
+	rec.IncludeUsage = cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage
+	rec.MaxTokens = cr.MaxCompletionTokens
+	if rec.MaxTokens == nil {
+		rec.MaxTokens = cr.MaxTokens
+	}
+	rec.Temperature, rec.TopP = cr.Temperature, cr.TopP
+
+	prompt := cr.Messages
+	switch endpoint {
+	case "chat":
+		if len(cr.Messages) == 0 || cr.Messages[0] != '[' {
+			return nil, badRequest("messages", "'messages' must be a non-empty array")
+		}
+		var msgs []json.RawMessage
+		if err := json.Unmarshal(cr.Messages, &msgs); err != nil || len(msgs) == 0 {
+			return nil, badRequest("messages", "'messages' must be a non-empty array")
+		}
+		rec.Messages = len(msgs)
+	case "completions":
+		prompt = cr.Prompt
+		if len(prompt) == 0 {
+			return nil, badRequest("prompt", "you must provide a prompt")
+		}
+	case "embeddings":
+		prompt = cr.Input
+		if len(prompt) == 0 {
+			return nil, badRequest("input", "you must provide an input")
+		}
+	}
+	// The prompt is identified by hash and size only: its text is never kept.
+	sum := sha256.Sum256(prompt)
+	rec.PromptSHA256 = hex.EncodeToString(sum[:])
+	rec.PromptBytes = int64(len(prompt))
+	rec.RequestBytes = int64(len(body))
+	return &cr, nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	default:
+		return "a number"
+	}
+}
+
+// withIncludeUsage returns the body with stream_options.include_usage set,
+// so the engine reports usage even when the client did not ask for it.
+// The common case (no stream_options) is spliced in place, keeping every
+// other byte as the client sent it.
+func withIncludeUsage(body []byte, cr *clientRequest) ([]byte, error) {
+	if cr.StreamOptions == nil {
+		i := bytes.IndexByte(body, '{')
+		if i < 0 {
+			return nil, errors.New("body is not an object")
+		}
+		const ins = `"stream_options":{"include_usage":true},`
+		out := make([]byte, 0, len(body)+len(ins))
+		out = append(out, body[:i+1]...)
+		out = append(out, ins...)
+		return append(out, body[i+1:]...), nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	var so map[string]json.RawMessage
+	if raw := m["stream_options"]; len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &so); err != nil {
+			return nil, err
+		}
+	}
+	if so == nil {
+		so = map[string]json.RawMessage{}
+	}
+	so["include_usage"] = json.RawMessage("true")
+	b, err := json.Marshal(so)
+	if err != nil {
+		return nil, err
+	}
+	m["stream_options"] = b
+	return json.Marshal(m)
+}
+
+// stripUsageNull removes a `"usage":null` member that some engines put on
+// every chunk once include_usage is on, so a client that did not ask for
+// usage receives the bytes it would have received without it.
+func stripUsageNull(data []byte) []byte {
+	const member = `"usage":null`
+	i := bytes.Index(data, []byte(member))
+	if i < 0 {
+		return data
+	}
+	j := i + len(member)
+	// Remove one adjacent comma so the object stays valid.
+	switch {
+	case i > 0 && data[i-1] == ',':
+		i--
+	case j < len(data) && data[j] == ',':
+		j++
+	}
+	out := make([]byte, 0, len(data)-(j-i))
+	out = append(out, data[:i]...)
+	return append(out, data[j:]...)
+}
+
+// traceContext is the W3C trace context of a request: the trace continued
+// from the client's traceparent or started here, and the gateway's span.
+type traceContext struct {
+	TraceID, SpanID, Flags string
+}
+
+func (t traceContext) header() string { return "00-" + t.TraceID + "-" + t.SpanID + "-" + t.Flags }
+
+func parseTraceparent(v string) (traceContext, bool) {
+	// version-traceid-parentid-flags, lower-case hex, ids not all zeros.
+	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return traceContext{}, false
+	}
+	ver, tid, flags := v[0:2], v[3:35], v[53:55]
+	if ver == "ff" || !isLowerHex(ver) || !isLowerHex(tid) || !isLowerHex(v[36:52]) || !isLowerHex(flags) {
+		return traceContext{}, false
+	}
+	if ver == "00" && len(v) != 55 {
+		return traceContext{}, false
+	}
+	if strings.Trim(tid, "0") == "" || strings.Trim(v[36:52], "0") == "" {
+		return traceContext{}, false
+	}
+	return traceContext{TraceID: tid, SpanID: newSpanID(), Flags: flags}, true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func newTrace() traceContext {
+	return traceContext{TraceID: randHex(16), SpanID: newSpanID(), Flags: "01"}
+}
+
+func newSpanID() string { return randHex(8) }
+
+// randHex uses math/rand/v2's ChaCha8-based global source: unpredictable
+// enough for ids, and lock-free.
+func randHex(n int) string {
+	var b [16]byte
+	for i := 0; i < n; i += 8 {
+		u := rand.Uint64()
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(u >> (8 * j))
+		}
+	}
+	return hex.EncodeToString(b[:n])
+}
+
+// newRequestID is time-free and 96 bits random: unique without coordination
+// across replicas.
+func newRequestID() string { return "req_" + randHex(12) }
+
+// validClientID accepts a client's X-Request-Id when it is short and plain,
+// so it can be echoed, stored and used in URLs safely.
+func validClientID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseTags reads "k=v,k2=v2", bounded in count and size.
+func parseTags(v string) map[string]string {
+	if v == "" {
+		return nil
+	}
+	tags := map[string]string{}
+	for part := range strings.SplitSeq(v, ",") {
+		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
+		if k == "" || len(k) > 64 || len(val) > 128 {
+			continue
+		}
+		tags[k] = val
+		if len(tags) == 16 {
+			break
+		}
+	}
+	return tags
+}

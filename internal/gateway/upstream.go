@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+)
+
+// upstream is one engine with its own connection pool: timeouts differ
+// per engine, and one slow engine must not starve another's connections.
+type upstream struct {
+	cfg      config.Upstream
+	base     string // URL without trailing slash, e.g. http://127.0.0.1:8000/v1
+	timeouts config.Timeouts
+	client   *http.Client
+}
+
+func newUpstream(c config.Upstream) *upstream {
+	t := c.TimeoutsOrDefault()
+	tr := &http.Transport{
+		Proxy:       nil, // an inference engine is reached directly, never via HTTP_PROXY
+		DialContext: (&net.Dialer{Timeout: t.Connect, KeepAlive: 30 * time.Second}).DialContext,
+		// Uncompressed bodies: the tap must read tokens and usage, and
+		// engines on a LAN gain nothing from gzip.
+		DisableCompression:    true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   t.Connect,
+		ResponseHeaderTimeout: 0, // bounded by the first-token timer instead
+		ExpectContinueTimeout: 0,
+	}
+	return &upstream{
+		cfg:      c,
+		base:     strings.TrimRight(c.URL, "/"),
+		timeouts: t,
+		client: &http.Client{
+			Transport: tr,
+			// The gateway proxies; a redirect from an engine is an answer
+			// for the client, not something to follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+// router maps a model name to the upstreams that serve it.
+type router struct {
+	byModel  map[string][]*upstream
+	all      []*upstream
+	wildcard *upstream // the single upstream with no model list, if so configured
+	next     atomic.Uint64
+}
+
+func newRouter(ups []config.Upstream) *router {
+	rt := &router{byModel: map[string][]*upstream{}}
+	for _, c := range ups {
+		u := newUpstream(c)
+		rt.all = append(rt.all, u)
+		for _, m := range c.Models {
+			rt.byModel[m] = append(rt.byModel[m], u)
+		}
+	}
+	if len(rt.all) == 1 && len(ups[0].Models) == 0 {
+		rt.wildcard = rt.all[0]
+	}
+	return rt
+}
+
+// candidates returns the upstreams for a model, starting at a rotating
+// offset so load spreads over replicas of one model, and a retry moves on
+// to the next one.
+func (rt *router) candidates(model string) []*upstream {
+	if rt.wildcard != nil {
+		return []*upstream{rt.wildcard}
+	}
+	list := rt.byModel[model]
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list
+	}
+	start := int(rt.next.Add(1) % uint64(len(list)))
+	out := make([]*upstream, 0, len(list))
+	out = append(out, list[start:]...)
+	return append(out, list[:start]...)
+}
+
+func (rt *router) modelNames() []string {
+	names := make([]string, 0, len(rt.byModel))
+	for m := range rt.byModel {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (rt *router) closeIdle() {
+	for _, u := range rt.all {
+		u.client.CloseIdleConnections()
+	}
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelItem `json:"data"`
+}
+
+type modelItem struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func writeModelList(w http.ResponseWriter, names []string) {
+	l := modelList{Object: "list", Data: make([]modelItem, 0, len(names))}
+	for _, n := range names {
+		l.Data = append(l.Data, modelItem{ID: n, Object: "model", OwnedBy: "tollgate"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(l)
+}
+
+// forwardModels returns the upstream's own /models answer.
+func (g *Gateway) forwardModels(w http.ResponseWriter, r *http.Request, u *upstream) {
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.base+"/models", nil)
+	if err != nil {
+		writeError(w, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error", Message: err.Error()})
+		return
+	}
+	setUpstreamAuth(req, r, u)
+	resp, err := u.client.Do(req)
+	if err != nil {
+		writeError(w, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_connect",
+			Message: "upstream " + u.cfg.Name + " is unreachable"})
+		return
+	}
+	defer resp.Body.Close()
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 16<<20))
+}
+
+// setUpstreamAuth sends the upstream's own key when configured; otherwise
+// the client's credentials pass through (hosted APIs behind an open
+// gateway). A tollgate key is never forwarded when tollgate checks keys.
+func setUpstreamAuth(req, client *http.Request, u *upstream) {
+	if u.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
+		return
+	}
+	if v := client.Header.Get("Authorization"); v != "" {
+		req.Header.Set("Authorization", v)
+	}
+}
+
+// hop-by-hop headers (RFC 9110 §7.6.1) and those the gateway sets itself.
+var skipResponseHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "X-Request-Id": true,
+}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		if skipResponseHeaders[k] {
+			continue
+		}
+		dst[k] = vs
+	}
+}
+
+// Request headers not forwarded upstream: hop-by-hop, credentials (set by
+// setUpstreamAuth), the body framing, and compression (the tap needs
+// plain bytes).
+var skipRequestHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Authorization": true,
+	"X-Api-Key": true, "Api-Key": true, "Accept-Encoding": true, "Traceparent": true, "Tracestate": true,
+	"Host": true, "Proxy-Authorization": true,
+}
+
+func copyRequestHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		if skipRequestHeaders[k] {
+			continue
+		}
+		dst[k] = vs
+	}
+}

@@ -1,0 +1,251 @@
+// Package usage reads what an engine says about a request: the usage
+// object (input, cached, output, reasoning tokens) in its several dialects,
+// and the few fields of a streamed chunk the gateway's SSE tap needs (is
+// this a content token, the finish reason, the served model). It sits
+// between the gateway's tap, which hands it raw bytes, and the Record.
+//
+// Parsing is deliberately narrow: only the fields tollgate needs are
+// decoded, so an engine's extra fields never cost anything or break it.
+package usage
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// wire is the union of the usage dialects seen in OpenAI-compatible
+// engines: OpenAI chat/completions (prompt_/completion_), OpenAI Responses
+// (input_/output_), DeepSeek's prompt_cache_hit_tokens, vLLM and SGLang
+// (OpenAI's names, cached tokens when prefix caching reports them).
+type wire struct {
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	CompletionTokens    *int64 `json:"completion_tokens"`
+	InputTokens         *int64 `json:"input_tokens"`
+	OutputTokens        *int64 `json:"output_tokens"`
+	TotalTokens         *int64 `json:"total_tokens"`
+	PromptCacheHit      *int64 `json:"prompt_cache_hit_tokens"`
+	ReasoningTokensTop  *int64 `json:"reasoning_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokensDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens *int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+	OutputTokensDetails *struct {
+		ReasoningTokens *int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+}
+
+func first(ps ...*int64) (int64, bool) {
+	for _, p := range ps {
+		if p != nil {
+			return *p, true
+		}
+	}
+	return 0, false
+}
+
+// normalize turns any dialect into a Usage with source engine, enforcing
+// the invariants: no negative counts, cached ≤ input, reasoning ≤ output.
+func (w *wire) normalize() (record.Usage, error) {
+	in, okIn := first(w.PromptTokens, w.InputTokens)
+	out, okOut := first(w.CompletionTokens, w.OutputTokens)
+	if !okIn && !okOut {
+		if w.TotalTokens == nil {
+			return record.Usage{}, errors.New("usage has no token counts")
+		}
+		in, okIn = *w.TotalTokens, true // embeddings-style: total only
+	}
+	u := record.Usage{InputTokens: in, OutputTokens: out, Source: record.SourceEngine}
+	if w.PromptTokensDetails != nil && w.PromptTokensDetails.CachedTokens != nil {
+		u.CachedInputTokens = *w.PromptTokensDetails.CachedTokens
+	} else if w.InputTokensDetails != nil && w.InputTokensDetails.CachedTokens != nil {
+		u.CachedInputTokens = *w.InputTokensDetails.CachedTokens
+	} else if w.PromptCacheHit != nil {
+		u.CachedInputTokens = *w.PromptCacheHit
+	}
+	switch {
+	case w.CompletionTokensDetails != nil && w.CompletionTokensDetails.ReasoningTokens != nil:
+		u.ReasoningTokens = *w.CompletionTokensDetails.ReasoningTokens
+	case w.OutputTokensDetails != nil && w.OutputTokensDetails.ReasoningTokens != nil:
+		u.ReasoningTokens = *w.OutputTokensDetails.ReasoningTokens
+	case w.ReasoningTokensTop != nil:
+		u.ReasoningTokens = *w.ReasoningTokensTop
+	}
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 {
+		return record.Usage{}, fmt.Errorf("usage has a negative count: %+v", u)
+	}
+	u.CachedInputTokens = min(u.CachedInputTokens, u.InputTokens)
+	u.ReasoningTokens = min(u.ReasoningTokens, u.OutputTokens)
+	return u, nil
+}
+
+// Parse reads a usage object in any supported dialect.
+func Parse(b []byte) (record.Usage, error) {
+	var w wire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return record.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	return w.normalize()
+}
+
+// Chunk is what the tap needs from one streamed event's data.
+type Chunk struct {
+	Model        string
+	Content      int  // bytes of generated content in this chunk (text, reasoning, tool-call arguments)
+	HasContent   bool // the chunk carries at least one generated token
+	FinishReason string
+	Usage        *record.Usage // present on the usage chunk (or every chunk with continuous usage)
+	UsageOnly    bool          // "choices": [] with a usage object: the include_usage chunk
+	Error        string        // an error object sent mid-stream by the engine
+}
+
+type chunkWire struct {
+	Model   string `json:"model"`
+	Choices *[]struct {
+		Delta *struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			Reasoning        *string         `json:"reasoning"`
+			ToolCalls        []toolCallDelta `json:"tool_calls"`
+		} `json:"delta"`
+		Text         *string `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage json.RawMessage `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+type toolCallDelta struct {
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// ParseChunk reads the data of one SSE event (without "data: ").
+func ParseChunk(data []byte) (Chunk, error) {
+	var w chunkWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Chunk{}, fmt.Errorf("stream chunk: %w", err)
+	}
+	c := Chunk{Model: w.Model}
+	if len(w.Error) > 0 && !bytes.Equal(w.Error, []byte("null")) {
+		c.Error = errorMessage(w.Error)
+	}
+	if w.Choices != nil {
+		for _, ch := range *w.Choices {
+			if ch.FinishReason != nil && *ch.FinishReason != "" {
+				c.FinishReason = *ch.FinishReason
+			}
+			n := 0
+			if ch.Text != nil {
+				n += len(*ch.Text)
+			}
+			if d := ch.Delta; d != nil {
+				for _, s := range []*string{d.Content, d.ReasoningContent, d.Reasoning} {
+					if s != nil {
+						n += len(*s)
+					}
+				}
+				for _, tc := range d.ToolCalls {
+					n += len(tc.Function.Name) + len(tc.Function.Arguments)
+				}
+			}
+			// A tool call's first delta may carry only an id: it is still
+			// generated output, so the chunk counts as a token.
+			if n > 0 || (ch.Delta != nil && len(ch.Delta.ToolCalls) > 0) {
+				c.HasContent = true
+				c.Content += n
+			}
+		}
+	}
+	if len(w.Usage) > 0 && !bytes.Equal(w.Usage, []byte("null")) {
+		u, err := Parse(w.Usage)
+		if err != nil {
+			return Chunk{}, err
+		}
+		c.Usage = &u
+		c.UsageOnly = w.Choices != nil && len(*w.Choices) == 0
+	}
+	return c, nil
+}
+
+// Response is what the gateway needs from a non-streamed response body.
+type Response struct {
+	Model        string
+	FinishReason string
+	Content      int
+	Usage        *record.Usage
+}
+
+type responseWire struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Message *struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		Text         *string `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage json.RawMessage `json:"usage"`
+}
+
+// ParseResponse reads a non-streamed chat, completion or embeddings body.
+func ParseResponse(body []byte) (Response, error) {
+	var w responseWire
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Response{}, fmt.Errorf("response body: %w", err)
+	}
+	r := Response{Model: w.Model}
+	for _, ch := range w.Choices {
+		if ch.FinishReason != nil && r.FinishReason == "" {
+			r.FinishReason = *ch.FinishReason
+		}
+		if ch.Text != nil {
+			r.Content += len(*ch.Text)
+		}
+		if m := ch.Message; m != nil {
+			if m.Content != nil {
+				r.Content += len(*m.Content)
+			}
+			if m.ReasoningContent != nil {
+				r.Content += len(*m.ReasoningContent)
+			}
+			if len(m.ToolCalls) > 0 && !bytes.Equal(m.ToolCalls, []byte("null")) {
+				r.Content += len(m.ToolCalls)
+			}
+		}
+	}
+	if len(w.Usage) > 0 && !bytes.Equal(w.Usage, []byte("null")) {
+		u, err := Parse(w.Usage)
+		if err != nil {
+			return Response{}, err
+		}
+		r.Usage = &u
+	}
+	return r, nil
+}
+
+func errorMessage(raw json.RawMessage) string {
+	var e struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+	}
+	if json.Unmarshal(raw, &e) == nil && (e.Message != "" || e.Type != "") {
+		if e.Type != "" {
+			return e.Type
+		}
+		return "error"
+	}
+	return "error"
+}
