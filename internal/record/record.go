@@ -123,15 +123,15 @@ type Record struct {
 	Engine           string            // the upstream's engine kind
 
 	// Input features (never the text).
-	Stream          bool
-	IncludeUsage    bool // the client asked for the usage chunk itself
-	MaxTokens       *int64
-	Temperature     *float64
-	TopP            *float64
-	PromptSHA256    string // of the prompt part of the body (messages / prompt / input)
-	PromptBytes     int64
-	Messages        int
-	RequestBytes    int64
+	Stream       bool
+	IncludeUsage bool // the client asked for the usage chunk itself
+	MaxTokens    *int64
+	Temperature  *float64
+	TopP         *float64
+	PromptSHA256 string // of the prompt part of the body (messages / prompt / input)
+	PromptBytes  int64
+	Messages     int
+	RequestBytes int64
 
 	// Timing.
 	Arrival  time.Time // wall clock at arrival
