@@ -236,3 +236,7 @@ func mustJSON(t testing.TB, v any) string {
 	}
 	return strings.TrimSpace(buf.String())
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newBenchMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), []string{"m"}, 8) }

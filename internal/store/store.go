@@ -21,19 +21,24 @@ import (
 type Store interface {
 	// Insert writes a batch in one transaction. It is idempotent by
 	// RequestID: inserting a Record whose RequestID is already stored is a
-	// no-op for that Record, never a second row and never an error.
+	// no-op for that Record (the first write wins), never a second row and
+	// never an error. Insert neither modifies the Records nor keeps recs
+	// after it returns: the Writer reuses the slice for its next batch.
 	Insert(ctx context.Context, recs []*record.Record) error
 
-	// Requests returns ledger rows matching f, newest arrival first.
-	// Records that were not sampled come back without Timeline.
+	// Requests returns ledger rows matching f, newest arrival first. It
+	// reads the ledger only, so no Record comes back with a Timeline, not
+	// even a sampled one: listing must stay cheap on months of data.
 	Requests(ctx context.Context, f Filter) ([]*record.Record, error)
 
-	// Request returns every attempt of one request, by RequestID or by
-	// LogicalRequestID, ordered by attempt. It returns ErrNotFound when
-	// nothing matches.
+	// Request returns every attempt of one request, ordered by attempt,
+	// given its LogicalRequestID or the RequestID of any of its attempts.
+	// Sampled attempts come back with their Timeline, the others without.
+	// It returns ErrNotFound when nothing matches.
 	Request(ctx context.Context, id string) ([]*record.Record, error)
 
-	// Close releases the store. It does not flush Writers; close them first.
+	// Close releases the store. It does not flush Writers: cancel their
+	// Run and wait for it to return first.
 	Close() error
 }
 
@@ -48,7 +53,7 @@ type Filter struct {
 	Status       int
 	ErrorsOnly   bool          // error_type != ""
 	MinE2E       time.Duration // "slow only"
-	Limit        int           // 0 means 100
+	Limit        int           // 0 (or less) means 100
 }
 
 // ErrNotFound is returned by Request when no record matches.

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/sim"
+)
+
+// demoUsers are the demo's API keys: a few users over a few business
+// lines, so the reports have something to tell apart.
+var demoUsers = []struct{ key, user, biz string }{
+	{"sk-demo-alice", "alice", "search"},
+	{"sk-demo-bob", "bob", "search"},
+	{"sk-demo-carol", "carol", "ads"},
+	{"sk-demo-dave", "dave", "support"},
+}
+
+const demoModel = "Qwen/Qwen3-8B"
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
+	duration := fs.Duration("duration", 0, "stop after this `duration` (default: run until Ctrl-C)")
+	rate := fs.Float64("rate", 4, "requests per second of sample traffic")
+	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	listen := fs.String("listen", "127.0.0.1:8080", "gateway listen `address`")
+	simListen := fs.String("sim-listen", "127.0.0.1:8000", "simulator listen `address`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *rate <= 0 {
+		fmt.Fprintln(stderr, "tollgate demo: --rate must be positive")
+		return errUsage
+	}
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	// 1. The simulated engine (a vLLM stand-in), on vLLM's port if free.
+	simAddr := make(chan string, 1)
+	simCtx, stopSim := context.WithCancel(context.Background())
+	simDone := make(chan error, 1)
+	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 16, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01}}
+	go func() { simDone <- runSimServer(simCtx, simCfg, freeOr(*simListen), log, simAddr) }()
+	sa, ok := <-simAddr
+	if !ok {
+		stopSim()
+		return <-simDone
+	}
+	defer func() { stopSim(); <-simDone }()
+
+	// 2. The gateway in front of it, with the demo's keys.
+	cfg := config.Default()
+	cfg.Listen = freeOr(*listen)
+	cfg.Store.SQLite.Path = *db
+	cfg.Upstreams = []config.Upstream{{Name: "sim", URL: "http://" + sa + "/v1", Engine: "vllm", Models: []string{demoModel}}}
+	cfg.ShutdownGrace = 5 * time.Second
+	for _, u := range demoUsers {
+		cfg.Auth.Keys = append(cfg.Auth.Keys, config.Key{KeySHA256: config.HashKey(u.key), UserID: u.user, BizLine: u.biz})
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	gwCtx, stopGW := context.WithCancel(context.Background())
+	gwAddr := make(chan string, 1)
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- serve(gwCtx, cfg, log, gwAddr) }()
+	var ga string
+	select {
+	case ga = <-gwAddr:
+	case err := <-gwDone:
+		stopGW()
+		return err
+	}
+
+	fmt.Fprintf(stdout, `tollgate demo is running — Ctrl-C stops it.
+
+  simulated engine   http://%[1]s/v1   (stands in for vLLM)
+  gateway            http://%[2]s/v1   (point OpenAI SDKs here)
+  metrics            http://%[2]s/metrics
+  ledger             %[3]s
+
+Try, in another terminal:
+  go run ./cmd/tollgate requests --db %[3]s
+  go run ./cmd/tollgate requests show --db %[3]s <REQUEST ID>
+  curl -s http://%[2]s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' \
+    -d '{"model":"%[4]s","messages":[{"role":"user","content":"hello"}]}'
+
+`, sa, ga, *db, demoModel)
+
+	// 3. Sample traffic until the demo is stopped.
+	sent, failed := demoTraffic(ctx, "http://"+ga, *rate, stdout)
+	stopGW()
+	if err := <-gwDone; err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\ndemo stopped: %d requests sent (%d failed as injected faults or cancelled); every one is in %s\n", sent, failed, *db)
+	return nil
+}
+
+// freeOr returns addr if it can be bound now, else a free loopback port,
+// so the demo still starts when vLLM or another gateway runs here.
+func freeOr(addr string) string {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		ln.Close()
+		return addr
+	}
+	return "127.0.0.1:0"
+}
+
+// demoTraffic sends a mix of requests: a shared system prompt (prefix
+// cache hits), streamed and not, short max_tokens (finish_reason=length),
+// several templates. It returns how many were sent and how many failed.
+func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Writer) (sent, failed int64) {
+	var wg sync.WaitGroup
+	var nSent, nFailed atomic.Int64
+	client := &http.Client{Timeout: 2 * time.Minute}
+	rng := rand.New(rand.NewPCG(7, 42))
+	system := "You are a helpful assistant for an online shop. Answer briefly and politely. " + strings.Repeat("Follow the shop's policies. ", 20)
+	questions := []string{"Where is my order?", "Can I return these shoes?", "What sizes do you have?", "Write a short ad for summer shoes.", "Summarise this support ticket."}
+	templates := []string{"faq-v1", "faq-v2", "ad-copy", "ticket-summary"}
+	sem := make(chan struct{}, 32)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	report := time.NewTicker(5 * time.Second)
+	defer report.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-report.C:
+			fmt.Fprintf(stdout, "  %d requests sent, %d failed so far\n", nSent.Load(), nFailed.Load())
+			continue
+		case <-tick.C:
+		}
+		u := demoUsers[rng.IntN(len(demoUsers))]
+		q := questions[rng.IntN(len(questions))]
+		body := map[string]any{
+			"model":    demoModel,
+			"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": q + strings.Repeat(" Please add detail.", rng.IntN(20))}},
+			"stream":   rng.IntN(4) != 0,
+		}
+		if rng.IntN(6) == 0 {
+			body["max_tokens"] = 16
+		}
+		b, _ := json.Marshal(body)
+		tmpl := templates[rng.IntN(len(templates))]
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		wg.Add(1)
+		nSent.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			// Requests in flight are let finish: a demo stop is not a crash.
+			req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
+			req.Header.Set("Authorization", "Bearer "+u.key)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Tollgate-Template", tmpl)
+			resp, err := client.Do(req)
+			if err != nil {
+				nFailed.Add(1)
+				return
+			}
+			out, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || bytes.Contains(out, []byte(`"error":`)) {
+				nFailed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return nSent.Load(), nFailed.Load()
+}

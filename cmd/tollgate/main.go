@@ -1,0 +1,132 @@
+// Command tollgate is the observability gateway for LLM inference: one
+// binary whose subcommands run the gateway (serve), a simulated engine
+// (sim), both with traffic (demo), and read the recorded health reports
+// (requests). main only parses flags and wires components; the flow lives
+// in internal/.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+)
+
+const usageText = `tollgate — an observability gateway for LLM inference
+
+Usage:
+  tollgate serve    [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]
+                    run the gateway (embedded defaults without --config)
+  tollgate sim      [--listen ADDR] [--model NAME] [--seed N] ...
+                    run the simulated OpenAI-compatible engine (vLLM stand-in)
+  tollgate demo     [--duration D] [--db PATH]
+                    run the simulator, the gateway and sample traffic together
+  tollgate requests [--db PATH] [--limit N] [--json] [filters]
+                    list recent requests; "requests show ID" prints one health report
+  tollgate version  print the version
+
+Run "tollgate COMMAND -h" for the flags of a command.
+`
+
+// errUsage means the command line was wrong; the message was printed.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "tollgate:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
+	case "sim":
+		return runSim(ctx, rest, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "requests":
+		return runRequests(ctx, rest, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "tollgate", version())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usageText)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n%s", cmd, usageText)
+		return errUsage
+	}
+}
+
+// version is the module version when built from a tagged module, else the
+// VCS revision the build recorded, else "dev".
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "dev-" + s.Value[:12]
+		}
+	}
+	return "dev"
+}
+
+// newLogger builds the process logger from the config's log section.
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// newFlagSet returns a flag set that reports errors as errUsage, printing
+// the command's own usage.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: tollgate %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/gateway"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]", stderr)
+	cfgPath := fs.String("config", "", "YAML config `file`; without it the embedded defaults are used")
+	listen := fs.String("listen", "", "listen `address` (overrides listen)")
+	upstream := fs.String("upstream", "", "single upstream base `URL`, e.g. http://127.0.0.1:8000/v1 (replaces upstreams)")
+	engine := fs.String("engine", "vllm", "engine `kind` of --upstream: vllm, sglang, tgi, llamacpp, ollama, openai")
+	db := fs.String("db", "", "SQLite ledger `path` (overrides store.sqlite.path)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath, *listen, *upstream, *engine, *db)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	if *cfgPath == "" {
+		log.Info("no config file: running on embedded defaults", "listen", cfg.Listen, "db", cfg.Store.SQLite.Path, "upstream", cfg.Upstreams[0].URL)
+	}
+	return serve(ctx, cfg, log, nil)
+}
+
+// loadConfig reads the file (or the defaults) and applies flag overrides,
+// validating the result so a bad flag is reported like a bad key.
+func loadConfig(path, listen, upstream, engine, db string) (*config.Config, error) {
+	cfg := config.Default()
+	if path != "" {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return nil, err
+		}
+	}
+	if listen != "" {
+		cfg.Listen = listen
+	}
+	if upstream != "" {
+		cfg.Upstreams = []config.Upstream{{Name: "default", URL: upstream, Engine: engine}}
+	}
+	if db != "" {
+		cfg.Store.SQLite.Path = db
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// serve runs the gateway until ctx is done, then drains: in-flight requests
+// get the grace period, then are cancelled and recorded as cut by shutdown;
+// every Record is flushed to the store before serve returns. When started
+// is non-nil it receives the listen address once the gateway accepts.
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started chan<- string) error {
+	// Metrics registry: passed to every component, never global.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Store: the SQLite ledger and the batching writer in front of it.
+	st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log.With("component", "store"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	writer := store.NewWriter(st, store.WriterConfig{
+		QueueSize: cfg.Store.QueueSize, BatchSize: cfg.Store.BatchSize, FlushInterval: cfg.Store.FlushInterval,
+	}, log.With("component", "writer"), reg)
+	writerCtx, stopWriter := context.WithCancel(context.Background())
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- writer.Run(writerCtx) }()
+
+	// Gateway: the proxy, its metrics, and the writer as its sink.
+	var models []string
+	for _, u := range cfg.Upstreams {
+		models = append(models, u.Models...)
+	}
+	gw, err := gateway.New(gateway.Options{
+		Config:         cfg,
+		Log:            log.With("component", "gateway"),
+		Metrics:        metrics.New(reg, models, cfg.Metrics.MaxModels),
+		Sink:           func(r *record.Record) { writer.Enqueue(r) },
+		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	})
+	if err != nil {
+		stopWriter()
+		return err
+	}
+	defer gw.Close()
+	if len(cfg.Auth.Keys) == 0 {
+		log.Warn("no API keys configured: the gateway is open (any key or none is accepted; users are told apart by a hash of their key)")
+	}
+
+	// HTTP server: handlers are tracked so shutdown can wait for the last
+	// Record even after cancelling the stragglers.
+	baseCtx, cancelBase := context.WithCancelCause(context.Background())
+	defer cancelBase(nil)
+	var inflight sync.WaitGroup
+	handler := gw.Handler()
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inflight.Add(1)
+			defer inflight.Done()
+			handler.ServeHTTP(w, r)
+		}),
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		stopWriter()
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
+	if started != nil {
+		started <- ln.Addr().String()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		stopWriter()
+		<-writerDone
+		return fmt.Errorf("http server: %w", err)
+	}
+
+	// Shutdown in flow order: stop accepting, drain requests, flush records.
+	log.Info("shutting down: draining in-flight requests", "grace", cfg.ShutdownGrace)
+	gw.Drain()
+	graceCtx, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	err = srv.Shutdown(graceCtx)
+	cancelGrace()
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("grace period over: cancelling the remaining requests")
+		cancelBase(gateway.ErrShutdown)
+		_ = srv.Close()
+	}
+	inflight.Wait()
+	stopWriter()
+	if err := <-writerDone; err != nil {
+		log.Error("writer stopped with an error", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,331 @@
+// Package sqlite is the embedded Store: one SQLite file holding the ledger
+// (a row per request) and the sampled details. It sits at the very end of
+// the request flow, behind store.Writer, and is what a single tollgate
+// replica uses by default; scale-out deployments use ClickHouse instead and
+// pass the same conformance suite (store/storetest).
+//
+// SQLite has one writer, so inserts go through a single connection in one
+// transaction per batch (group commit), while reads use a small pool that
+// WAL lets run alongside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+const (
+	// busyTimeoutMS bounds how long a connection waits for another process
+	// holding the file's lock (a backup, the CLI) before failing; the
+	// Writer retries after that, so it needs no more than a few seconds.
+	busyTimeoutMS = 5000
+	// readConns is the read pool. Reads are dashboard and CLI queries, a
+	// handful at a time; WAL lets them run while the writer commits.
+	readConns = 4
+	// defaultLimit is Filter.Limit's zero value.
+	defaultLimit = 100
+)
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	path   string
+	log    *slog.Logger
+	w      *sql.DB // exactly one connection: SQLite has one writer
+	r      *sql.DB
+	insReq *sql.Stmt
+	insDet *sql.Stmt
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the ledger at path and migrates it to the
+// current schema. path is a file name, not a URI: in-memory databases are
+// refused because the writer and the readers would each see their own.
+func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
+	if err := checkPath(path); err != nil {
+		return nil, fmt.Errorf("open ledger %q: %w", path, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{path: path, log: log}
+	if err := s.open(ctx); err != nil {
+		s.Close() //nolint:errcheck // the open error is the one that matters
+		return nil, fmt.Errorf("open ledger %q: %w", path, err)
+	}
+	return s, nil
+}
+
+func checkPath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("empty path")
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return errors.New("want a file path, not an SQLite URI or in-memory database")
+	case strings.ContainsRune(path, '?'):
+		// The driver splits its options off at the first '?'.
+		return errors.New("path must not contain '?'")
+	}
+	return nil
+}
+
+func (s *Store) open(ctx context.Context) error {
+	// The options are in the DSN rather than run once after opening so that
+	// database/sql applies them again to any connection it re-opens.
+	// _txlock=immediate takes the write lock at BEGIN: a deferred
+	// transaction that upgrades later can fail with SQLITE_BUSY without
+	// waiting for busy_timeout.
+	var err error
+	s.w, err = sql.Open("sqlite", fmt.Sprintf(
+		"%s?_txlock=immediate&_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=NORMAL",
+		s.path, busyTimeoutMS))
+	if err != nil {
+		return err
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+
+	from, to, err := migrate(ctx, s.w, time.Now())
+	if err != nil {
+		return err
+	}
+	if from != to {
+		s.log.Info("ledger schema migrated", "path", s.path, "from", from, "to", to)
+	}
+	// WAL silently stays off on file systems without shared memory (some
+	// network mounts); everything still works, but readers then block the
+	// writer, which the operator should know about.
+	var mode string
+	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		s.log.Warn("ledger is not in WAL mode; readers will block writes", "path", s.path, "journal_mode", mode)
+	}
+
+	// Readers are query_only so that a bug in a read path cannot write
+	// outside the writer's transactions.
+	s.r, err = sql.Open("sqlite", fmt.Sprintf("%s?_busy_timeout=%d&_foreign_keys=1&_query_only=1", s.path, busyTimeoutMS))
+	if err != nil {
+		return err
+	}
+	s.r.SetMaxOpenConns(readConns)
+	s.r.SetMaxIdleConns(readConns)
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("open read pool: %w", err)
+	}
+
+	if s.insReq, err = s.w.PrepareContext(ctx, insertRequestSQL); err != nil {
+		return fmt.Errorf("prepare insert: %w", err)
+	}
+	if s.insDet, err = s.w.PrepareContext(ctx, insertDetailSQL); err != nil {
+		return fmt.Errorf("prepare insert details: %w", err)
+	}
+	return nil
+}
+
+// Close closes the ledger. Records still queued in a store.Writer are not
+// written: stop the Writer first.
+func (s *Store) Close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.insReq, s.insDet} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		// Keeps the query planner's statistics fresh at almost no cost,
+		// as SQLite recommends on closing a long-lived connection.
+		if _, err := s.w.Exec("PRAGMA optimize"); err != nil {
+			s.log.Debug("ledger optimize on close failed", "path", s.path, "err", err)
+		}
+		errs = append(errs, s.w.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close ledger %q: %w", s.path, err)
+	}
+	return nil
+}
+
+// Insert writes recs in one transaction. A Record already stored (same
+// RequestID) is skipped, so replaying a batch after a failed commit or a
+// crash never counts a request twice.
+func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := s.insert(ctx, recs); err != nil {
+		return fmt.Errorf("insert %d records into ledger %q: %w", len(recs), s.path, err)
+	}
+	return nil
+}
+
+func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	req := tx.StmtContext(ctx, s.insReq)
+	det := tx.StmtContext(ctx, s.insDet)
+	args := make([]any, 0, len(ledger))
+	for _, r := range recs {
+		if r == nil {
+			continue
+		}
+		// Finish a copy: the derived columns must agree with the marks
+		// even if the caller forgot, and the caller's Record is not ours
+		// to modify.
+		f := *r
+		f.Finish()
+		args = rowArgs(args[:0], &f)
+		res, err := req.ExecContext(ctx, args...)
+		if err != nil {
+			return fmt.Errorf("request %q: %w", r.RequestID, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("request %q: %w", r.RequestID, err)
+		}
+		// Details only with a new ledger row: a replay that differs must
+		// not graft a timeline onto what the first write stored.
+		if n == 1 && r.Sampled {
+			if _, err := det.ExecContext(ctx, r.RequestID, timelineJSON(r.Timeline)); err != nil {
+				return fmt.Errorf("details of %q: %w", r.RequestID, err)
+			}
+		}
+	}
+	return tx.Commit()
+}
+
+// Requests returns the ledger rows matching f, newest first. It reads the
+// ledger only: Timeline is always empty here (use Request for details).
+func (s *Store) Requests(ctx context.Context, f store.Filter) ([]*record.Record, error) {
+	q, args := requestsQuery(f)
+	recs, err := s.query(ctx, q, false, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ledger %q: %w", s.path, err)
+	}
+	return recs, nil
+}
+
+func requestsQuery(f store.Filter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, arg any) {
+		where = append(where, cond)
+		args = append(args, arg)
+	}
+	if !f.Since.IsZero() {
+		add("arrival >= ?", f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		add("arrival < ?", f.Until.UnixNano())
+	}
+	if f.UserID != "" {
+		add("user_id = ?", f.UserID)
+	}
+	if f.BizLine != "" {
+		add("biz_line = ?", f.BizLine)
+	}
+	if f.Model != "" {
+		add("model = ?", f.Model)
+	}
+	if f.TraceID != "" {
+		add("trace_id = ?", f.TraceID)
+	}
+	if f.TemplateID != "" {
+		add("template_id = ?", f.TemplateID)
+	}
+	if f.Status != 0 {
+		add("status = ?", f.Status)
+	}
+	if f.ErrorsOnly {
+		where = append(where, "error_type != ''")
+	}
+	if f.MinE2E > 0 {
+		add("e2e_ns >= ?", int64(f.MinE2E))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	q := "SELECT " + selectColumns + " FROM requests"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	// rowid breaks ties so that pages are stable; every index on arrival
+	// ends in rowid implicitly, so the order is read straight off the
+	// index and LIMIT stops the scan early, with no sort.
+	q += " ORDER BY arrival DESC, rowid DESC LIMIT ?"
+	return q, append(args, limit)
+}
+
+// Request returns every attempt of one request, ordered by attempt, with
+// the timeline of the sampled ones. id is a RequestID (of any attempt) or a
+// LogicalRequestID.
+func (s *Store) Request(ctx context.Context, id string) ([]*record.Record, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty id", store.ErrNotFound)
+	}
+	recs, err := s.query(ctx, requestSQL, true, id)
+	if err != nil {
+		return nil, fmt.Errorf("read request %q from ledger %q: %w", id, s.path, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: %q", store.ErrNotFound, id)
+	}
+	return recs, nil
+}
+
+// query runs a SELECT of selectColumns, followed by the timeline when
+// withTimeline is set.
+func (s *Store) query(ctx context.Context, q string, withTimeline bool, args ...any) ([]*record.Record, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		recs     []*record.Record
+		dsts     []any
+		timeline sql.NullString
+	)
+	for rows.Next() {
+		r := new(record.Record)
+		var sc scratch
+		dsts = scanDests(dsts[:0], r, &sc)
+		if withTimeline {
+			dsts = append(dsts, &timeline)
+		}
+		if err := rows.Scan(dsts...); err != nil {
+			return nil, err
+		}
+		if err := sc.apply(r); err != nil {
+			return nil, err
+		}
+		if withTimeline && timeline.Valid {
+			if r.Timeline, err = parseTimeline(timeline.String); err != nil {
+				return nil, fmt.Errorf("decode timeline of %q: %w", r.RequestID, err)
+			}
+		}
+		r.Finish()
+		recs = append(recs, r)
+	}
+	return recs, rows.Err()
+}

@@ -1,0 +1,319 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func openAt(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path, testLogger(t))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+}
+
+func schemaVersion(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow("SELECT MAX(version) FROM schema_migrations").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestReopenIsNoop(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	for range 3 {
+		s := openAt(t, path)
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if got := schemaVersion(t, path); got != len(migrations) {
+			t.Fatalf("schema version %d, want %d", got, len(migrations))
+		}
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(migrations) {
+		t.Errorf("schema_migrations has %d rows after three opens, want %d", n, len(migrations))
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s := openAt(t, path)
+	ctx := t.Context()
+	if err := s.Insert(ctx, storetest.Records(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	future := len(migrations) + 1
+	if _, err := s.w.ExecContext(ctx, "INSERT INTO schema_migrations VALUES (?, 0)", future); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := Open(ctx, path, testLogger(t))
+	if !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("Open of a version %d ledger = %v, want ErrNewerSchema", future, err)
+	}
+	for _, want := range []string{path, fmt.Sprintf("version %d", future), "upgrade tollgate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	// Refusing must not have touched the file.
+	if got := schemaVersion(t, path); got != future {
+		t.Errorf("schema version after refusal = %d, want %d", got, future)
+	}
+}
+
+func TestSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	recs := storetest.Records(0, 20)
+	s := openAt(t, path)
+	if err := s.Insert(t.Context(), recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openAt(t, path)
+	defer s.Close()
+	for _, r := range recs {
+		got, err := s.Request(t.Context(), r.RequestID)
+		if err != nil {
+			t.Fatalf("Request(%q) after reopen: %v", r.RequestID, err)
+		}
+		if diff := cmp.Diff([]*record.Record{r}, got); diff != "" {
+			t.Errorf("Request(%q) after reopen (-want +got):\n%s", r.RequestID, diff)
+		}
+	}
+	// Still idempotent across processes' lifetimes.
+	if err := s.Insert(t.Context(), recs); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Requests(t.Context(), store.Filter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(recs) {
+		t.Errorf("%d rows after replay on reopen, want %d", len(all), len(recs))
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	defer s.Close()
+	tests := []struct {
+		db     *sql.DB
+		pragma string
+		want   string
+	}{
+		{s.w, "journal_mode", "wal"},
+		{s.w, "synchronous", "1"}, // NORMAL
+		{s.w, "foreign_keys", "1"},
+		{s.w, "busy_timeout", fmt.Sprint(busyTimeoutMS)},
+		{s.r, "foreign_keys", "1"},
+		{s.r, "busy_timeout", fmt.Sprint(busyTimeoutMS)},
+		{s.r, "query_only", "1"},
+	}
+	for _, tt := range tests {
+		var got string
+		if err := tt.db.QueryRowContext(t.Context(), "PRAGMA "+tt.pragma).Scan(&got); err != nil {
+			t.Fatalf("PRAGMA %s: %v", tt.pragma, err)
+		}
+		if got != tt.want {
+			t.Errorf("PRAGMA %s = %q, want %q", tt.pragma, got, tt.want)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	notADB := filepath.Join(dir, "not-a-db")
+	if err := os.WriteFile(notADB, []byte(strings.Repeat("this is not an SQLite file\n", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path string
+	}{
+		{"empty", ""},
+		{"memory", ":memory:"},
+		{"uri", "file:x.db?mode=memory"},
+		{"question mark", filepath.Join(dir, "a?b.db")},
+		{"missing directory", filepath.Join(dir, "no", "such", "dir", "ledger.db")},
+		{"not a database", notADB},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Open(t.Context(), tt.path, testLogger(t))
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%q) succeeded", tt.path)
+			}
+			if want := fmt.Sprintf("open ledger %q: ", tt.path); !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("Open(%q) error %q, want prefix %q", tt.path, err, want)
+			}
+		})
+	}
+}
+
+// TestDetailsCascade checks the foreign key: retention deletes ledger rows
+// and must not leave orphaned details behind.
+func TestDetailsCascade(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	defer s.Close()
+	ctx := t.Context()
+	if err := s.Insert(ctx, storetest.Records(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, "DELETE FROM requests WHERE request_id = ?", storetest.Record(1).RequestID); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM request_details").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("%d details left after deleting one of three requests, want 2", n)
+	}
+}
+
+// TestQueriesUseIndexes guards the plans of the real queries: a full scan
+// or a sort of months of ledger would not show up in tests otherwise.
+func TestQueriesUseIndexes(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	defer s.Close()
+	since := storetest.Base
+	tests := []struct {
+		name      string
+		filter    store.Filter
+		wantIndex string
+		sorts     bool // acceptable when the index finds a handful of rows
+	}{
+		{"newest", store.Filter{}, "requests_arrival", false},
+		{"window", store.Filter{Since: since, Until: since.Add(time.Hour)}, "requests_arrival (arrival>? AND arrival<?)", false},
+		{"user", store.Filter{UserID: "u"}, "requests_user (user_id=?)", false},
+		{"user window", store.Filter{UserID: "u", Since: since}, "requests_user (user_id=? AND arrival>?)", false},
+		{"biz line", store.Filter{BizLine: "b", Since: since}, "requests_biz_line (biz_line=? AND arrival>?)", false},
+		{"model", store.Filter{Model: "m", Since: since}, "requests_model (model=? AND arrival>?)", false},
+		{"trace", store.Filter{TraceID: "t"}, "requests_trace (trace_id=?)", true},
+		// Without an index of their own, these walk arrival newest first
+		// and stop at Limit.
+		{"errors", store.Filter{ErrorsOnly: true}, "requests_arrival", false},
+		{"slow", store.Filter{MinE2E: time.Second}, "requests_arrival", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, args := requestsQuery(tt.filter)
+			p := plan(t, s, q, args...)
+			if !strings.Contains(p, tt.wantIndex) {
+				t.Errorf("plan does not use %s:\n%s", tt.wantIndex, p)
+			}
+			if !tt.sorts && strings.Contains(p, "TEMP B-TREE") {
+				t.Errorf("plan sorts instead of reading the index in order:\n%s", p)
+			}
+		})
+	}
+	t.Run("Request", func(t *testing.T) {
+		p := plan(t, s, requestSQL, "id")
+		for _, want := range []string{"sqlite_autoindex_requests_1 (request_id=?)", "requests_logical (logical_request_id=?)"} {
+			if !strings.Contains(p, want) {
+				t.Errorf("plan does not use %s:\n%s", want, p)
+			}
+		}
+		if strings.Contains(p, "SCAN requests") {
+			t.Errorf("plan scans the ledger:\n%s", p)
+		}
+	})
+}
+
+func plan(t *testing.T, s *Store, q string, args ...any) string {
+	t.Helper()
+	rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(detail + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func BenchmarkInsert(b *testing.B) {
+	const batch = 512
+	s := openAt(b, filepath.Join(b.TempDir(), "ledger.db"))
+	defer s.Close()
+	tmpl := storetest.Records(0, batch)
+	recs := make([]*record.Record, batch)
+	for i := range recs {
+		c := *tmpl[i]
+		recs[i] = &c
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		for _, r := range recs {
+			r.RequestID = fmt.Sprintf("bench-%09d", n)
+			n++
+		}
+		if err := s.Insert(b.Context(), recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README says and as CI runs it (.ci/run).
+# It installs what the tests need (as root, from Debian's packages), so
+# nothing is skipped here; plain `go test ./...` skips what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME="${FUZZTIME:-8s}"
+
+# Debian packages the tests use, installed once when missing. Tests that
+# need a server start it themselves on loopback and stop it.
+PKGS=()
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/test.sh: missing Debian packages ${missing[*]}; run as root to install them" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+echo "== fuzz (${FUZZTIME} each)"
+# Every Fuzz function in the tree gets a short run on top of its committed corpus.
+log=$(mktemp)
+for f in $(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do
+  dir=$(dirname "$f")
+  for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
+    if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir" >"$log" 2>&1; then
+      echo "ok   $dir $name"
+    else
+      cat "$log"; echo "FAIL $dir $name"; exit 1
+    fi
+  done
+done
+rm -f "$log"
+echo "== all tests passed"
