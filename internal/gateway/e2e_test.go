@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"bufio"
-	"errors"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"

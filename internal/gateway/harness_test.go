@@ -239,4 +239,6 @@ func mustJSON(t testing.TB, v any) string {
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newBenchMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry(), []string{"m"}, 8) }
+func newBenchMetrics() *metrics.Metrics {
+	return metrics.New(prometheus.NewRegistry(), []string{"m"}, 8)
+}
