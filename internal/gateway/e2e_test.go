@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -346,4 +347,51 @@ func TestOpenAISDK(t *testing.T) {
 			t.Errorf("recorded %q", r.ErrorType)
 		}
 	})
+}
+
+// TestSimOtherEndpoints: completions (streamed) and embeddings record the
+// engine's usage too.
+func TestSimOtherEndpoints(t *testing.T) {
+	se := startSim(t, sim.Config{})
+	tg := simGateway(t, se)
+
+	b := readAll(t, post(t, tg.URL+"/v1/embeddings", `{"model":"`+simModel+`","input":["hello world","tollgate"]}`, nil))
+	r := tg.next(t)
+	if r.Endpoint != "embeddings" || r.Status != 200 || r.Usage.InputTokens == 0 || r.Usage.OutputTokens != 0 || r.Usage.Source != record.SourceEngine {
+		t.Errorf("embeddings record: %+v (%s)", r.Usage, b)
+	}
+	if !strings.Contains(string(b), `"prompt_tokens":`+itoa64(r.Usage.InputTokens)) {
+		t.Errorf("recorded %d input tokens, response says %s", r.Usage.InputTokens, b)
+	}
+
+	readAll(t, post(t, tg.URL+"/v1/completions", `{"model":"`+simModel+`","prompt":"Once upon a time","stream":true,"max_tokens":12}`, nil))
+	r = tg.next(t)
+	st := se.statsFor(t, r)
+	if r.Endpoint != "completions" || r.Usage.OutputTokens != 12 || r.Usage.InputTokens != int64(st.PromptTokens) || r.FinishReason != "length" || r.ContentChunks != 12 {
+		t.Errorf("completions record: %+v finish %q chunks %d (engine %+v)", r.Usage, r.FinishReason, r.ContentChunks, st)
+	}
+	checkInvariants(t, r)
+}
+
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestHealthAndReady(t *testing.T) {
+	tg := newTestGateway(t, testConfig("http://127.0.0.1:9/v1"))
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(tg.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if resp.StatusCode != 200 {
+			t.Errorf("%s = %d", p, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(tg.URL + "/v1/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readAll(t, resp); resp.StatusCode != 404 || *decodeErr(t, b).Error.Code != "unknown_url" {
+		t.Errorf("unknown path: %d %s", resp.StatusCode, b)
+	}
 }

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/sim"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+)
+
+func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func allRequests(t *testing.T, db string) []*record.Record {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Requests(context.Background(), store.Filter{Limit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// TestDemo runs the demo for a moment and checks its promise: every request
+// it sent has exactly one ledger row.
+func TestDemo(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "demo.db")
+	out, errOut, err := runCmd(t, "demo", "--duration", "2s", "--rate", "25", "--db", db, "--listen", "127.0.0.1:0", "--sim-listen", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
+	}
+	m := regexp.MustCompile(`demo stopped: (\d+) requests sent`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary in demo output:\n%s", out)
+	}
+	sent, _ := strconv.Atoi(m[1])
+	recs := allRequests(t, db)
+	if sent == 0 || len(recs) != sent {
+		t.Fatalf("demo sent %d requests, ledger has %d rows", sent, len(recs))
+	}
+	users := map[string]bool{}
+	for _, r := range recs {
+		users[r.UserID] = true
+		if r.Usage.Source == record.SourceEngine && r.Usage.InputTokens == 0 {
+			t.Errorf("request %s: engine usage without input tokens", r.RequestID)
+		}
+	}
+	if len(users) < 2 {
+		t.Errorf("demo traffic came from %d users, want several", len(users))
+	}
+	for _, want := range []string{"/metrics", "requests --db " + db} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+// startSimServer runs a simulator on loopback for the shutdown tests.
+func startSimServer(t *testing.T, c sim.Config) string {
+	t.Helper()
+	eng, err := sim.New(c, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = eng.Run(ctx); close(done) }()
+	srv := httptest.NewServer(eng.Handler())
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); cancel(); <-done })
+	return srv.URL + "/v1"
+}
+
+// startServe runs the real serve wiring (SQLite included) until the
+// returned cancel is called; wait blocks until serve has returned.
+func startServe(t *testing.T, cfg *config.Config) (addr string, cancel func(), wait func() error) {
+	t.Helper()
+	ctx, cancelFn := context.WithCancel(context.Background())
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), started) }()
+	select {
+	case addr = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	return addr, cancelFn, func() error { return <-done }
+}
+
+func shutdownConfig(t *testing.T, upstream string, grace time.Duration) *config.Config {
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Store.SQLite.Path = filepath.Join(t.TempDir(), "t.db")
+	cfg.Upstreams[0].URL = upstream
+	cfg.ShutdownGrace = grace
+	return cfg
+}
+
+// openStream starts a streamed request and returns once its first token
+// has arrived, so the shutdown below certainly finds it in flight.
+func openStream(t *testing.T, addr string, tokens int) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	body := `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}],"stream":true}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set(sim.OutputTokensHeader, strconv.Itoa(tokens))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(line, `"content":" `) {
+			return resp, br
+		}
+	}
+}
+
+// TestShutdownDrains: SIGTERM (ctx cancelled) lets an in-flight stream
+// finish within the grace period, and its record reaches the ledger.
+func TestShutdownDrains(t *testing.T) {
+	up := startSimServer(t, sim.Config{DecodeBase: 10 * time.Millisecond})
+	cfg := shutdownConfig(t, up, 30*time.Second)
+	addr, cancel, wait := startServe(t, cfg)
+	resp, br := openStream(t, addr, 40)
+	cancel()
+	rest, err := io.ReadAll(br)
+	resp.Body.Close()
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("stream cut during shutdown (err %v): %s", err, rest)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	recs := allRequests(t, cfg.Store.SQLite.Path)
+	if len(recs) != 1 || recs[0].Status != 200 || recs[0].Usage.OutputTokens != 40 {
+		t.Fatalf("ledger after drain: %d rows %+v", len(recs), recs)
+	}
+}
+
+// TestShutdownGraceExpires: a stream longer than the grace period is cut,
+// told so, and recorded as cut by shutdown with what it consumed.
+func TestShutdownGraceExpires(t *testing.T) {
+	up := startSimServer(t, sim.Config{DecodeBase: 20 * time.Millisecond})
+	cfg := shutdownConfig(t, up, 100*time.Millisecond)
+	addr, cancel, wait := startServe(t, cfg)
+	resp, br := openStream(t, addr, 10000)
+	cancel()
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(rest), "[DONE]") {
+		t.Error("a 200-second stream finished within a 100ms grace period")
+	}
+	recs := allRequests(t, cfg.Store.SQLite.Path)
+	if len(recs) != 1 {
+		t.Fatalf("%d ledger rows, want 1", len(recs))
+	}
+	r := recs[0]
+	if r.ErrorType != record.ErrShutdown || r.Status != http.StatusServiceUnavailable || r.Usage.OutputTokens < 1 {
+		t.Errorf("recorded %d %q with %d output tokens; want 503 shutdown with the tokens streamed", r.Status, r.ErrorType, r.Usage.OutputTokens)
+	}
+}
+
+func TestRequestsCLI(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	st, err := sqlite.Open(context.Background(), db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := storetest.Records(0, 5)
+	if err := st.Insert(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	newest := recs[0]
+	for _, r := range recs {
+		if r.Arrival.After(newest.Arrival) {
+			newest = r
+		}
+	}
+
+	out, _, err := runCmd(t, "requests", "--db", db)
+	if err != nil || !strings.Contains(out, "REQUEST ID") || strings.Count(out, "\n") != 6 {
+		t.Errorf("table (err %v):\n%s", err, out)
+	}
+	out, _, err = runCmd(t, "requests", "--db", db, "--json", "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) != 2 {
+		t.Fatalf("--json --limit 2 gave %d lines (err %v)", len(lines), err)
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if first["request_id"] != newest.RequestID {
+		t.Errorf("first JSON line is %v, want the newest %s", first["request_id"], newest.RequestID)
+	}
+	for _, k := range []string{"request_id", "trace_id", "attempt", "model", "upstream", "user_id", "biz_line", "stream", "status", "error_type", "finish_reason", "usage", "timing", "response_bytes"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("JSON record lacks %q", k)
+		}
+	}
+
+	out, _, err = runCmd(t, "requests", "show", "--db", db, newest.RequestID)
+	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("show lacks %q (err %v):\n%s", want, err, out)
+		}
+	}
+	out, _, err = runCmd(t, "requests", "show", "--db", db, "--json", newest.RequestID)
+	var shown record.Record
+	if err != nil || json.Unmarshal([]byte(out), &shown) != nil || shown.RequestID != newest.RequestID {
+		t.Errorf("show --json (err %v): %s", err, out)
+	}
+
+	if _, _, err := runCmd(t, "requests", "show", "--db", db, "nope"); err == nil || !strings.Contains(err.Error(), `no request "nope"`) {
+		t.Errorf("unknown id: %v", err)
+	}
+	if _, _, err := runCmd(t, "requests", "--db", filepath.Join(t.TempDir(), "missing.db")); err == nil || !strings.Contains(err.Error(), "no ledger at") {
+		t.Errorf("missing ledger: %v", err)
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yml")
+	if err := os.WriteFile(bad, []byte("listen: 127.0.0.1:1\nupstreams:\n  - name: a\n    url: http://127.0.0.1:1/v1\n    engin: vllm\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args    []string
+		wantErr string // substring of the returned error, or "usage"
+	}{
+		{[]string{}, "usage"},
+		{[]string{"frobnicate"}, "usage"},
+		{[]string{"serve", "--no-such-flag"}, "usage"},
+		{[]string{"serve", "--config", bad}, "upstreams[0].engin: unknown key (line 5)"},
+		{[]string{"serve", "--config", filepath.Join(t.TempDir(), "none.yml")}, "read config"},
+		{[]string{"serve", "--upstream", "localhost:8000"}, `upstreams[0].url: must be an absolute http(s) URL`},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:8000/v1", "--engine", "triton"}, `upstreams[0].engine: must be one of`},
+		{[]string{"requests", "--limit", "0"}, "usage"},
+		{[]string{"requests", "show"}, "usage"},
+		{[]string{"demo", "--rate", "-1"}, "usage"},
+	}
+	for _, tc := range cases {
+		_, _, err := runCmd(t, tc.args...)
+		switch {
+		case err == nil:
+			t.Errorf("%v: no error, want %q", tc.args, tc.wantErr)
+		case tc.wantErr == "usage" && err != errUsage:
+			t.Errorf("%v: %v, want a usage error", tc.args, err)
+		case tc.wantErr != "usage" && !strings.Contains(err.Error(), tc.wantErr):
+			t.Errorf("%v: %v, want it to mention %q", tc.args, err, tc.wantErr)
+		}
+	}
+	if out, _, err := runCmd(t, "version"); err != nil || !strings.HasPrefix(out, "tollgate ") {
+		t.Errorf("version: %q %v", out, err)
+	}
+}
