@@ -2,6 +2,9 @@ package record
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,11 +53,37 @@ type jsonRecord struct {
 	ClientDisconnect bool   `json:"client_disconnect,omitempty"`
 	Retries          int    `json:"retries"`
 	CacheHit         bool   `json:"cache_hit"`
+	PrefixCacheHit   bool   `json:"prefix_cache_hit"`
 	Sampled          bool   `json:"sampled"`
 
 	Usage         Usage           `json:"usage"`
+	Cost          jsonCost        `json:"cost"`
 	Timing        jsonTiming      `json:"timing"`
 	TokenTimeline []TimelinePoint `json:"token_timeline,omitempty"`
+}
+
+type jsonCost struct {
+	Nanos        int64  `json:"nanos"`
+	Amount       string `json:"amount"`
+	Currency     string `json:"currency"`
+	PriceVersion string `json:"price_version"`
+}
+
+// Amount renders nanos as a decimal amount with nine places, trailing
+// zeros trimmed ("0.00123"); exact, with no float on the way.
+func (c Cost) Amount() string {
+	n := c.Nanos
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	whole, frac := n/1e9, n%1e9
+	s := strconv.FormatInt(whole, 10)
+	if frac == 0 {
+		return sign + s
+	}
+	f := strings.TrimRight(fmt.Sprintf("%09d", frac), "0")
+	return sign + s + "." + f
 }
 
 type jsonTiming struct {
@@ -117,8 +146,10 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		Status:       r.Status, UpstreamStatus: r.UpstreamStatus, ErrorType: r.ErrorType, ErrorMessage: r.ErrorMessage,
 		FinishReason: r.FinishReason, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
 		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
-		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.Usage.CachedInputTokens > 0,
-		Sampled: r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
+		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
+		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
+		Sampled:        r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
+		Cost: jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
 		Timing: jsonTiming{
 			Arrival:      r.Arrival.UTC().Format(time.RFC3339Nano),
 			TTFT:         optDurMS(d.TTFT),
@@ -164,8 +195,9 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Status:       j.Status, UpstreamStatus: j.UpstreamStatus, ErrorType: j.ErrorType, ErrorMessage: j.ErrorMessage,
 		FinishReason: j.FinishReason, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
 		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
-		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled,
+		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled, CacheHit: j.CacheHit,
 		Usage: j.Usage, Timeline: j.TokenTimeline,
+		Cost:    Cost{Nanos: j.Cost.Nanos, Currency: j.Cost.Currency, PriceVersion: j.Cost.PriceVersion},
 		Arrival: arrival,
 		Marks: Marks{
 			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),

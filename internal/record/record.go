@@ -64,6 +64,15 @@ type Usage struct {
 // Total is input plus output tokens.
 func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
 
+// Cost is what a request cost, rated when it ended from the price table in
+// force at its arrival. Amounts are integer nanos (1e-9) of Currency, so
+// sums over months are exact.
+type Cost struct {
+	Nanos        int64
+	Currency     string
+	PriceVersion string // the price entry used; "" when no price applied
+}
+
 // Marks are the timing marks of one request as monotonic offsets from
 // arrival; zero means "not reached". Wall-clock time of a mark is
 // Timing.Arrival plus its offset, which keeps durations immune to clock
@@ -151,6 +160,12 @@ type Record struct {
 	Sampled          bool
 
 	Usage Usage
+	Cost  Cost
+
+	// CacheHit: answered from tollgate's own response cache, without the
+	// engine (zero engine cost). A prefix-cache hit inside the engine is
+	// CachedInputTokens > 0 instead.
+	CacheHit bool
 
 	// FirstChunkBytes is the content length of the first content chunk,
 	// kept to estimate first-packet merging.

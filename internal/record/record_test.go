@@ -76,7 +76,9 @@ func TestJSONRoundTrip(t *testing.T) {
 		Timeline: []TimelinePoint{{0, 6 * time.Millisecond}, {10, 20 * time.Millisecond}, {11, 60 * time.Millisecond}},
 		Status:   200, UpstreamStatus: 200, FinishReason: "stop", ResponseBytes: 500, ContentChunks: 12, FirstChunkBytes: 3, ContentBytes: 40,
 		Retries: 0, Sampled: true,
-		Usage: Usage{InputTokens: 30, CachedInputTokens: 16, OutputTokens: 12, ReasoningTokens: 2, Source: SourceEngine},
+		Usage:    Usage{InputTokens: 30, CachedInputTokens: 16, OutputTokens: 12, ReasoningTokens: 2, Source: SourceEngine},
+		Cost:     Cost{Nanos: 1_230_000, Currency: "USD", PriceVersion: "m@2026-11-01"},
+		CacheHit: true,
 	}
 	r.Finish()
 	b, err := json.Marshal(&r)
@@ -93,8 +95,11 @@ func TestJSONRoundTrip(t *testing.T) {
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	timing := m["timing"].(map[string]any)
-	if timing["arrival"] != "2026-11-29T09:30:00.123456789Z" || timing["ttft_ms"] != 6.0 || timing["e2e_ms"] != 61.0 || m["cache_hit"] != true {
-		t.Errorf("JSON form: arrival %v ttft %v e2e %v cache_hit %v", timing["arrival"], timing["ttft_ms"], timing["e2e_ms"], m["cache_hit"])
+	if timing["arrival"] != "2026-11-29T09:30:00.123456789Z" || timing["ttft_ms"] != 6.0 || timing["e2e_ms"] != 61.0 || m["prefix_cache_hit"] != true || m["cache_hit"] != true {
+		t.Errorf("JSON form: arrival %v ttft %v e2e %v prefix_cache_hit %v cache_hit %v", timing["arrival"], timing["ttft_ms"], timing["e2e_ms"], m["prefix_cache_hit"], m["cache_hit"])
+	}
+	if c := m["cost"].(map[string]any); c["amount"] != "0.00123" || c["currency"] != "USD" {
+		t.Errorf("cost = %v", c)
 	}
 	if tpot := timing["tpot_ms"].(float64); tpot != 5 { // (61−6)/11
 		t.Errorf("tpot_ms = %v, want 5", tpot)
@@ -104,5 +109,13 @@ func TestJSONRoundTrip(t *testing.T) {
 func TestUsageTotal(t *testing.T) {
 	if got := (Usage{InputTokens: 7, CachedInputTokens: 5, OutputTokens: 3, ReasoningTokens: 2}).Total(); got != 10 {
 		t.Errorf("Total = %d, want input+output = 10", got)
+	}
+}
+
+func TestCostAmount(t *testing.T) {
+	for nanos, want := range map[int64]string{0: "0", 1: "0.000000001", 1_500_000_000: "1.5", 123_456_789_012: "123.456789012", -2_500_000: "-0.0025"} {
+		if got := (Cost{Nanos: nanos}).Amount(); got != want {
+			t.Errorf("Amount(%d) = %q, want %q", nanos, got, want)
+		}
 	}
 }

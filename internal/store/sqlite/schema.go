@@ -100,6 +100,9 @@ var migrations = []string{
 		request_id TEXT PRIMARY KEY REFERENCES requests (request_id) ON DELETE CASCADE,
 		timeline   TEXT
 	) STRICT;`,
+
+	// 2: cost, rollups, prompt statistics and events (see rollup.go).
+	migration2,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -231,6 +234,11 @@ var ledger = []column{
 	{"output_tokens", func(r *record.Record) any { return r.Usage.OutputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.OutputTokens }},
 	{"reasoning_tokens", func(r *record.Record) any { return r.Usage.ReasoningTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.ReasoningTokens }},
 	{"usage_source", func(r *record.Record) any { return string(r.Usage.Source) }, func(r *record.Record, _ *scratch) any { return &r.Usage.Source }},
+
+	{"cost_nanos", func(r *record.Record) any { return r.Cost.Nanos }, func(r *record.Record, _ *scratch) any { return &r.Cost.Nanos }},
+	{"currency", func(r *record.Record) any { return r.Cost.Currency }, func(r *record.Record, _ *scratch) any { return &r.Cost.Currency }},
+	{"price_version", func(r *record.Record) any { return r.Cost.PriceVersion }, func(r *record.Record, _ *scratch) any { return &r.Cost.PriceVersion }},
+	{"cache_hit", func(r *record.Record) any { return r.CacheHit }, func(r *record.Record, _ *scratch) any { return &r.CacheHit }},
 
 	{"ttft_ns", func(r *record.Record) any { return optNS(r.Derived.TTFT) }, nil},
 	{"e2e_ns", func(r *record.Record) any { return int64(r.Derived.E2E) }, nil},

@@ -44,6 +44,27 @@ type Store struct {
 	r      *sql.DB
 	insReq *sql.Stmt
 	insDet *sql.Stmt
+	// upserts[i] updates rollupTables[i].
+	upserts []*sql.Stmt
+	// loc is the report time zone: day and month rollups follow its
+	// calendar, so "today" in a report is the operator's today.
+	loc *time.Location
+}
+
+var _ store.Analytics = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithLocation sets the report time zone (default UTC). Day rollups are
+// bucketed in it when rows arrive, so changing it later affects new rows
+// only.
+func WithLocation(loc *time.Location) Option {
+	return func(s *Store) {
+		if loc != nil {
+			s.loc = loc
+		}
+	}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -51,14 +72,17 @@ var _ store.Store = (*Store)(nil)
 // Open opens (creating if needed) the ledger at path and migrates it to the
 // current schema. path is a file name, not a URI: in-memory databases are
 // refused because the writer and the readers would each see their own.
-func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, path string, log *slog.Logger, opts ...Option) (*Store, error) {
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("open ledger %q: %w", path, err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{path: path, log: log}
+	s := &Store{path: path, log: log, loc: time.UTC}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := s.open(ctx); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one that matters
 		return nil, fmt.Errorf("open ledger %q: %w", path, err)
@@ -131,6 +155,13 @@ func (s *Store) open(ctx context.Context) error {
 	if s.insDet, err = s.w.PrepareContext(ctx, insertDetailSQL); err != nil {
 		return fmt.Errorf("prepare insert details: %w", err)
 	}
+	for _, t := range rollupTables {
+		st, err := s.w.PrepareContext(ctx, t.upsertSQL())
+		if err != nil {
+			return fmt.Errorf("prepare %s upsert: %w", t.name, err)
+		}
+		s.upserts = append(s.upserts, st)
+	}
 	return nil
 }
 
@@ -138,7 +169,7 @@ func (s *Store) open(ctx context.Context) error {
 // written: stop the Writer first.
 func (s *Store) Close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.insReq, s.insDet} {
+	for _, st := range append([]*sql.Stmt{s.insReq, s.insDet}, s.upserts...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -182,6 +213,7 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	req := tx.StmtContext(ctx, s.insReq)
 	det := tx.StmtContext(ctx, s.insDet)
 	args := make([]any, 0, len(ledger))
+	acc := newRollupAcc(s.loc)
 	for _, r := range recs {
 		if r == nil {
 			continue
@@ -200,13 +232,20 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		if err != nil {
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
-		// Details only with a new ledger row: a replay that differs must
-		// not graft a timeline onto what the first write stored.
+		// Rollups and details only with a new ledger row: a replay must
+		// neither count twice nor graft a timeline onto what the first
+		// write stored.
+		if n == 1 {
+			acc.add(&f, +1)
+		}
 		if n == 1 && r.Sampled {
 			if _, err := det.ExecContext(ctx, r.RequestID, timelineJSON(r.Timeline)); err != nil {
 				return fmt.Errorf("details of %q: %w", r.RequestID, err)
 			}
 		}
+	}
+	if err := acc.flush(ctx, tx, s.upserts); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

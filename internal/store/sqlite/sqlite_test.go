@@ -317,3 +317,41 @@ func BenchmarkInsert(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
 }
+
+func TestAnalyticsConformance(t *testing.T) {
+	storetest.RunAnalytics(t, func(t *testing.T) storetest.AnalyticsStore {
+		return openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+}
+
+// TestReportTimeZone: days follow the report time zone, so a request at
+// 23:30 UTC counts for the next day in Shanghai (UTC+8).
+func TestReportTimeZone(t *testing.T) {
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Skip("no tzdata:", err)
+	}
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "tz.db"), testLogger(t), WithLocation(sh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := storetest.Record(1)
+	r.Arrival = time.Date(2026, 3, 1, 23, 30, 0, 0, time.UTC) // 2026-03-02 07:30 in Shanghai
+	if err := s.Insert(context.Background(), []*record.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []store.ReportQuery{
+		{GroupBy: []store.Dim{store.DimDay}},
+		{GroupBy: []store.Dim{store.DimDay}, From: time.Date(2026, 3, 2, 0, 0, 0, 0, sh), To: time.Date(2026, 3, 3, 0, 0, 0, 0, sh)},
+		{GroupBy: []store.Dim{store.DimDay}, From: time.Date(2026, 3, 2, 6, 0, 0, 0, sh), To: time.Date(2026, 3, 2, 9, 0, 0, 0, sh)},
+	} {
+		rows, err := s.Report(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Keys[0] != "2026-03-02" || rows[0].Requests != 1 {
+			t.Errorf("Report(%v..%v) = %+v, want one request on 2026-03-02", q.From, q.To, rows)
+		}
+	}
+}

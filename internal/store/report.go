@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// Aggregates are kept as rollups maintained in the same transaction as the
+// ledger rows they sum, so a report over months reads rollups, never the
+// ledger, and a rollup can never disagree with the ledger it came from.
+
+// Dim is a dimension a report can group or filter by.
+type Dim string
+
+const (
+	DimHour        Dim = "hour"  // UTC hour, RFC 3339
+	DimDay         Dim = "day"   // YYYY-MM-DD in the store's report time zone
+	DimMonth       Dim = "month" // YYYY-MM in the store's report time zone
+	DimModel       Dim = "model"
+	DimServedModel Dim = "served_model" // the model version the engine reported
+	DimUpstream    Dim = "upstream"
+	DimBizLine     Dim = "biz_line"
+	DimUser        Dim = "user"
+	DimKey         Dim = "key"
+	DimTemplate    Dim = "template"
+)
+
+// Dims lists every dimension, for validation and help texts.
+var Dims = []Dim{DimHour, DimDay, DimMonth, DimModel, DimServedModel, DimUpstream, DimBizLine, DimUser, DimKey, DimTemplate}
+
+// ReportQuery asks for totals over [From, To), grouped by GroupBy (in that
+// order) and filtered by equality on dimensions. A zero From or To is
+// unbounded. Day and month boundaries are the store's report time zone;
+// From and To are rounded down to the hour.
+type ReportQuery struct {
+	From, To time.Time
+	GroupBy  []Dim
+	Where    map[Dim]string
+}
+
+// Totals are the sums a rollup keeps. Every request counts, failed and
+// cancelled ones included.
+type Totals struct {
+	Requests     int64 // one per attempt
+	Errors       int64 // error_type != ""
+	Disconnects  int64 // client left first
+	CacheHits    int64 // answered from the response cache
+	Input        int64
+	Cached       int64
+	Output       int64
+	Reasoning    int64
+	CostNanos    int64
+	FinishLength int64 // finish_reason = length: max_tokens too low
+	UsageMissing int64 // the engine reported no usage (source none or chunks)
+	// Reconciliation helpers (see internal/cost): a row with Retries > 0
+	// had failed attempts before it; providers may have billed their
+	// prompts, estimated as Retries × this row's input tokens.
+	Retried         int64
+	RetriedInputEst int64
+	CutStreams      int64 // usage never arrived; output counted from what was streamed
+	CutOutput       int64
+	TokenizerInput  int64 // tokens counted by the tokenizer instead of the engine
+	TokenizerOutput int64
+	E2ESumNS        int64
+	TTFTSumNS       int64
+	TTFTCount       int64
+	PromptBytes     int64
+}
+
+// Add adds o to t.
+func (t *Totals) Add(o Totals) {
+	t.Requests += o.Requests
+	t.Errors += o.Errors
+	t.Disconnects += o.Disconnects
+	t.CacheHits += o.CacheHits
+	t.Input += o.Input
+	t.Cached += o.Cached
+	t.Output += o.Output
+	t.Reasoning += o.Reasoning
+	t.CostNanos += o.CostNanos
+	t.FinishLength += o.FinishLength
+	t.UsageMissing += o.UsageMissing
+	t.Retried += o.Retried
+	t.RetriedInputEst += o.RetriedInputEst
+	t.CutStreams += o.CutStreams
+	t.CutOutput += o.CutOutput
+	t.TokenizerInput += o.TokenizerInput
+	t.TokenizerOutput += o.TokenizerOutput
+	t.E2ESumNS += o.E2ESumNS
+	t.TTFTSumNS += o.TTFTSumNS
+	t.TTFTCount += o.TTFTCount
+	t.PromptBytes += o.PromptBytes
+}
+
+// TotalsOf is what one Record adds to its rollups.
+func TotalsOf(r *record.Record) Totals {
+	u := r.Usage
+	t := Totals{
+		Requests: 1, Input: u.InputTokens, Cached: u.CachedInputTokens, Output: u.OutputTokens,
+		Reasoning: u.ReasoningTokens, CostNanos: r.Cost.Nanos, E2ESumNS: int64(r.Derived.E2E),
+		PromptBytes: r.PromptBytes, Retried: int64(r.Retries), RetriedInputEst: int64(r.Retries) * u.InputTokens,
+	}
+	if r.ErrorType != "" {
+		t.Errors = 1
+	}
+	if r.ClientDisconnect {
+		t.Disconnects = 1
+	}
+	if r.CacheHit {
+		t.CacheHits = 1
+	}
+	if r.FinishReason == "length" {
+		t.FinishLength = 1
+	}
+	switch u.Source {
+	case record.SourceEngine:
+	case record.SourceTokenizer, record.SourceMerged:
+		t.TokenizerInput, t.TokenizerOutput = u.InputTokens, u.OutputTokens
+		if r.Upstream != "" {
+			t.UsageMissing = 1
+		}
+	default: // none, chunks
+		if r.Upstream != "" && r.UpstreamStatus != 0 {
+			t.UsageMissing = 1
+		}
+	}
+	if u.Source != record.SourceEngine && u.OutputTokens > 0 {
+		t.CutStreams, t.CutOutput = 1, u.OutputTokens
+	}
+	if r.Derived.TTFT != nil {
+		t.TTFTSumNS, t.TTFTCount = int64(*r.Derived.TTFT), 1
+	}
+	return t
+}
+
+// ReportRow is one group of a report: Keys align with the query's GroupBy.
+// Amounts in different currencies are never summed: each currency is its
+// own row.
+type ReportRow struct {
+	Keys     []string
+	Currency string
+	Totals
+}
+
+// PromptRow is one prompt (by hash) seen more than once: the duplicate
+// requests an exact-match cache could have answered.
+type PromptRow struct {
+	PromptSHA256 string
+	Model        string
+	TemplateID   string
+	Totals
+}
+
+// Event is something worth telling a person that is not a request: a
+// quota warning, a tokenizer mismatch, an alert. Data is JSON.
+type Event struct {
+	At      time.Time
+	Kind    string // e.g. quota_warning, quota_exceeded
+	Subject string // e.g. user:alice
+	Message string
+	Data    string
+}
+
+// Retention says how long each kind of data is kept; zero keeps forever.
+type Retention struct {
+	Details  time.Duration // sampled token timelines (seed: 7–15 days)
+	Ledger   time.Duration // per-request rows
+	Minute   time.Duration // per-minute rollups
+	Hour     time.Duration // per-hour rollups
+	Day      time.Duration // per-day rollups and prompt statistics
+	Events   time.Duration
+	Captures time.Duration
+}
+
+// Analytics is what reports, quotas and retention need from a store
+// beyond the ledger itself. Every backend implements it and passes the
+// conformance suite.
+type Analytics interface {
+	// Report sums rollups; it never scans the ledger.
+	Report(ctx context.Context, q ReportQuery) ([]ReportRow, error)
+	// Prompts returns prompts seen at least minCount times in [from, to),
+	// most requests first.
+	Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]PromptRow, error)
+	// Rerate recomputes the cost of ledger rows that arrived in [from, to)
+	// with rate, updating the rows and their rollups together; it returns
+	// how many rows changed.
+	Rerate(ctx context.Context, from, to time.Time, rate func(*record.Record) record.Cost) (int, error)
+	// AddEvents stores events; Events lists them newest first.
+	AddEvents(ctx context.Context, evs []Event) error
+	Events(ctx context.Context, since time.Time, kind string, limit int) ([]Event, error)
+	// Prune deletes what the retention says is too old at now.
+	Prune(ctx context.Context, now time.Time, r Retention) (int64, error)
+}

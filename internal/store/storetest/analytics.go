@@ -1,0 +1,347 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+// AnalyticsStore is a backend with reports, as the gateway's CLI and API use.
+type AnalyticsStore interface {
+	store.Store
+	store.Analytics
+}
+
+// RunAnalytics checks the rollup contract: a report equals the sums over
+// the ledger rows it covers — whatever the grouping, after replays, after
+// re-rating — for a backend whose report time zone is UTC.
+func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s AnalyticsStore)
+	}{
+		{"ReportEqualsLedgerSums", testReportSums},
+		{"ReportIdempotent", testReportIdempotent},
+		{"ReportRanges", testReportRanges},
+		{"ReportCurrenciesApart", testReportCurrencies},
+		{"Rerate", testRerate},
+		{"Prompts", testPrompts},
+		{"Events", testEvents},
+		{"Prune", testPrune},
+		{"BadDimension", testBadDimension},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tt.fn(t, s)
+		})
+	}
+}
+
+// day0 is a UTC midnight; analytics records arrive over three days.
+var day0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// billed returns n varied records over three days: several users, models,
+// templates, failures, cut streams, retries and two currencies.
+func billed(n int) []*record.Record {
+	out := make([]*record.Record, n)
+	for i := range n {
+		r := Record(i)
+		r.Arrival = day0.Add(time.Duration(i) * 3 * 24 * time.Hour / time.Duration(n))
+		r.Cost = record.Cost{Nanos: int64(1000 + i*37), Currency: "USD", PriceVersion: "v1"}
+		if i%11 == 0 {
+			r.Cost.Currency = "CNY"
+		}
+		r.Retries = i % 3 / 2
+		if i%9 == 0 {
+			r.Usage.Source = record.SourceChunks
+		}
+		if i%6 == 0 {
+			r.FinishReason = "length"
+		}
+		r.PromptSHA256 = fmt.Sprintf("p%d", i%5)
+		r.Finish()
+		out[i] = r
+	}
+	return out
+}
+
+// sums groups records the way a report should.
+func sums(recs []*record.Record, key func(*record.Record) string) map[string]store.Totals {
+	m := map[string]store.Totals{}
+	for _, r := range recs {
+		k := key(r) + "|" + r.Cost.Currency
+		t := m[k]
+		t.Add(store.TotalsOf(r))
+		m[k] = t
+	}
+	return m
+}
+
+func reportMap(t *testing.T, s AnalyticsStore, q store.ReportQuery) map[string]store.Totals {
+	t.Helper()
+	rows, err := s.Report(context.Background(), q)
+	if err != nil {
+		t.Fatalf("Report(%+v): %v", q, err)
+	}
+	m := map[string]store.Totals{}
+	for _, r := range rows {
+		k := strings.Join(r.Keys, "/") + "|" + r.Currency
+		if _, dup := m[k]; dup {
+			t.Errorf("Report(%+v): group %q twice", q, k)
+		}
+		m[k] = r.Totals
+	}
+	return m
+}
+
+func testReportSums(t *testing.T, s AnalyticsStore) {
+	recs := billed(300)
+	insert(t, s, recs...)
+	cases := []struct {
+		by  []store.Dim
+		key func(*record.Record) string
+	}{
+		{nil, func(*record.Record) string { return "" }},
+		{[]store.Dim{store.DimUser, store.DimDay}, func(r *record.Record) string { return r.UserID + "/" + r.Arrival.UTC().Format(time.DateOnly) }},
+		{[]store.Dim{store.DimBizLine, store.DimMonth}, func(r *record.Record) string { return r.BizLine + "/" + r.Arrival.UTC().Format("2006-01") }},
+		{[]store.Dim{store.DimModel, store.DimServedModel}, func(r *record.Record) string { return r.Model + "/" + r.ServedModel }},
+		{[]store.Dim{store.DimTemplate}, func(r *record.Record) string { return r.TemplateID }},
+		{[]store.Dim{store.DimKey, store.DimUpstream}, func(r *record.Record) string { return r.KeyID + "/" + r.Upstream }},
+		{[]store.Dim{store.DimHour}, func(r *record.Record) string { return r.Arrival.UTC().Truncate(time.Hour).Format(time.RFC3339) }},
+	}
+	for _, tc := range cases {
+		want := sums(recs, tc.key)
+		got := reportMap(t, s, store.ReportQuery{GroupBy: tc.by})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("group by %v (-ledger sums +report):\n%s", tc.by, diff)
+		}
+	}
+	// Filtered: one user's totals.
+	want := sums(filter(recs, func(r *record.Record) bool { return r.UserID == "user-3" }), func(*record.Record) string { return "" })
+	got := reportMap(t, s, store.ReportQuery{Where: map[store.Dim]string{store.DimUser: "user-3"}})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("where user-3 (-want +got):\n%s", diff)
+	}
+}
+
+func filter(recs []*record.Record, keep func(*record.Record) bool) []*record.Record {
+	var out []*record.Record
+	for _, r := range recs {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func testReportIdempotent(t *testing.T, s AnalyticsStore) {
+	recs := billed(60)
+	insert(t, s, recs...)
+	insert(t, s, recs[10:40]...) // a replay: ledger and rollups unchanged
+	got := reportMap(t, s, store.ReportQuery{})
+	want := sums(recs, func(*record.Record) string { return "" })
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("after a replay (-want +got):\n%s", diff)
+	}
+}
+
+func testReportRanges(t *testing.T, s AnalyticsStore) {
+	recs := billed(240)
+	insert(t, s, recs...)
+	ranges := []struct{ from, to time.Time }{
+		{day0, day0.Add(24 * time.Hour)},                                    // a whole day: day rollups
+		{day0.Add(24 * time.Hour), day0.Add(72 * time.Hour)},                // two days
+		{day0.Add(5 * time.Hour), day0.Add(30 * time.Hour)},                 // inside days: hour rollups
+		{day0.Add(30*time.Hour + 10*time.Minute), day0.Add(50 * time.Hour)}, // from rounds down to the hour
+	}
+	for _, rg := range ranges {
+		from := rg.from.Truncate(time.Hour)
+		in := filter(recs, func(r *record.Record) bool { return !r.Arrival.Before(from) && r.Arrival.Before(rg.to) })
+		want := sums(in, func(r *record.Record) string { return r.UserID + "/" + r.Arrival.UTC().Format(time.DateOnly) })
+		got := reportMap(t, s, store.ReportQuery{From: rg.from, To: rg.to, GroupBy: []store.Dim{store.DimUser, store.DimDay}})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("[%v, %v) (-want +got):\n%s", rg.from, rg.to, diff)
+		}
+	}
+}
+
+func testReportCurrencies(t *testing.T, s AnalyticsStore) {
+	recs := billed(33)
+	insert(t, s, recs...)
+	rows, err := s.Report(context.Background(), store.ReportQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur []string
+	for _, r := range rows {
+		cur = append(cur, r.Currency)
+	}
+	slices.Sort(cur)
+	if !slices.Equal(cur, []string{"CNY", "USD"}) {
+		t.Errorf("currencies = %v, want one row each for CNY and USD", cur)
+	}
+}
+
+func testRerate(t *testing.T, s AnalyticsStore) {
+	recs := billed(100)
+	insert(t, s, recs...)
+	ctx := context.Background()
+	// Re-rate the second day at a flat price in EUR.
+	from, to := day0.Add(24*time.Hour), day0.Add(48*time.Hour)
+	rate := func(r *record.Record) record.Cost {
+		return record.Cost{Nanos: r.Usage.InputTokens * 10, Currency: "EUR", PriceVersion: "v2"}
+	}
+	n, err := s.Rerate(ctx, from, to, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []*record.Record
+	changed := 0
+	for _, r := range recs {
+		c := *r
+		if !r.Arrival.Before(from) && r.Arrival.Before(to) {
+			c.Cost = rate(r)
+			changed++
+		}
+		want = append(want, &c)
+	}
+	if n != changed {
+		t.Errorf("Rerate changed %d rows, want %d", n, changed)
+	}
+	got := reportMap(t, s, store.ReportQuery{GroupBy: []store.Dim{store.DimDay}})
+	wantSums := sums(want, func(r *record.Record) string { return r.Arrival.UTC().Format(time.DateOnly) })
+	for k, v := range got { // moved-out groups remain as zero rows
+		if v == (store.Totals{}) {
+			delete(got, k)
+		}
+	}
+	if diff := cmp.Diff(wantSums, got); diff != "" {
+		t.Errorf("rollups after rerate (-want +got):\n%s", diff)
+	}
+	// The ledger rows carry the new cost and price version.
+	rows, err := s.Requests(ctx, store.Filter{Since: from, Until: to, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Cost.Currency != "EUR" || r.Cost.PriceVersion != "v2" {
+			t.Fatalf("row %s not re-rated: %+v", r.RequestID, r.Cost)
+		}
+	}
+	// Re-rating again with the same prices changes nothing.
+	if n, err := s.Rerate(ctx, from, to, rate); err != nil || n != 0 {
+		t.Errorf("second Rerate = %d, %v; want 0", n, err)
+	}
+}
+
+func testPrompts(t *testing.T, s AnalyticsStore) {
+	recs := billed(50) // prompt hashes p0..p4, 10 each
+	recs[0].PromptSHA256 = "unique"
+	insert(t, s, recs...)
+	rows, err := s.Prompts(context.Background(), time.Time{}, time.Time{}, 2, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int64{}
+	for _, r := range rows {
+		count[r.PromptSHA256] += r.Requests
+	}
+	if count["unique"] != 0 || len(count) != 5 {
+		t.Errorf("prompts = %v, want p0..p4 and not the unique one", count)
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Requests > rows[i-1].Requests {
+			t.Errorf("not most requests first: %d then %d", rows[i-1].Requests, rows[i].Requests)
+		}
+	}
+}
+
+func testEvents(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	evs := []store.Event{
+		{At: day0, Kind: "quota_warning", Subject: "user:a", Message: "80% of daily_tokens", Data: `{"share":0.8}`},
+		{At: day0.Add(time.Minute), Kind: "quota_exceeded", Subject: "user:a", Message: "over"},
+		{At: day0.Add(2 * time.Minute), Kind: "quota_warning", Subject: "biz:b", Message: "80%"},
+	}
+	if err := s.AddEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Events(ctx, day0, "quota_warning", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Subject != "biz:b" || !got[1].At.Equal(day0) || got[1].Data != `{"share":0.8}` {
+		t.Errorf("Events = %+v", got)
+	}
+	if all, _ := s.Events(ctx, day0.Add(time.Minute), "", 10); len(all) != 2 {
+		t.Errorf("Events since +1m = %d, want 2", len(all))
+	}
+}
+
+func testPrune(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	recs := billed(90)
+	for _, r := range recs {
+		r.Sampled = true
+	}
+	insert(t, s, recs...)
+	now := day0.Add(72 * time.Hour)
+	// Details older than a day go; ledger older than two days goes.
+	if _, err := s.Prune(ctx, now, store.Retention{Details: 24 * time.Hour, Ledger: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		got, err := s.Request(ctx, r.RequestID)
+		age := now.Sub(r.Arrival)
+		switch {
+		case age > 48*time.Hour:
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s (age %v) kept past ledger retention", r.RequestID, age)
+			}
+		case age > 24*time.Hour:
+			if err != nil || got[0].Timeline != nil {
+				t.Errorf("%s (age %v): err %v, want the row without its timeline", r.RequestID, age, err)
+			}
+		default:
+			if err != nil || got[0].Timeline == nil {
+				t.Errorf("%s (age %v): err %v, want the row with its timeline", r.RequestID, age, err)
+			}
+		}
+	}
+	// Rollups outlive the ledger: reports over the pruned days still add up.
+	if got := reportMap(t, s, store.ReportQuery{}); sumRequests(got) != 90 {
+		t.Errorf("rollups after pruning the ledger count %d requests, want 90", sumRequests(got))
+	}
+}
+
+func sumRequests(m map[string]store.Totals) int64 {
+	var n int64
+	for _, t := range m {
+		n += t.Requests
+	}
+	return n
+}
+
+func testBadDimension(t *testing.T, s AnalyticsStore) {
+	if _, err := s.Report(context.Background(), store.ReportQuery{GroupBy: []store.Dim{"prompt"}}); err == nil {
+		t.Error("Report accepted an unknown dimension")
+	}
+	if _, err := s.Report(context.Background(), store.ReportQuery{Where: map[store.Dim]string{store.DimDay: "2026-03-01"}}); err == nil {
+		t.Error("Report accepted a filter on day (use From/To)")
+	}
+}
