@@ -1,0 +1,215 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) // a Monday
+
+type req struct {
+	user, biz, model, tmpl, prompt, finish string
+	in, cached, out                        int64
+	costNanos                              int64
+	day                                    int
+}
+
+func seed(t *testing.T, reqs []req) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "r.db"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var recs []*record.Record
+	for i, q := range reqs {
+		r := &record.Record{
+			RequestID: fmt.Sprintf("r%d", i), UserID: q.user, BizLine: q.biz, Model: q.model, ServedModel: q.model + "-v1",
+			TemplateID: q.tmpl, PromptSHA256: q.prompt, FinishReason: q.finish, Status: 200, Upstream: "u", UpstreamStatus: 200,
+			Arrival: t0.AddDate(0, 0, q.day).Add(time.Duration(i) * time.Minute),
+			Usage:   record.Usage{InputTokens: q.in, CachedInputTokens: q.cached, OutputTokens: q.out, Source: record.SourceEngine},
+			Cost:    record.Cost{Nanos: q.costNanos, Currency: "USD", PriceVersion: "v"},
+		}
+		if q.prompt == "" {
+			r.PromptSHA256 = fmt.Sprintf("unique-%d", i)
+		}
+		r.Marks.End = time.Millisecond
+		r.Finish()
+		recs = append(recs, r)
+	}
+	if err := s.Insert(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func week(days int) Query { return Query{From: t0, To: t0.AddDate(0, 0, days)} }
+
+func cell(t *testing.T, res *Result, row int, col string) any {
+	t.Helper()
+	for i, c := range res.Columns {
+		if c.Name == col {
+			return res.Rows[row][i]
+		}
+	}
+	t.Fatalf("no column %q in %v", col, res.Columns)
+	return nil
+}
+
+func TestTopFlagsBigSpender(t *testing.T) {
+	// alice 5 USD, bob 3 USD, carol 2 USD: alice has 50 % and is flagged.
+	s := seed(t, []req{
+		{user: "alice", costNanos: 5e9, in: 10, out: 10}, {user: "bob", costNanos: 3e9, in: 10, out: 10}, {user: "carol", costNanos: 2e9, in: 10, out: 10},
+	})
+	res, err := Run(context.Background(), s, "top", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cell(t, res, 0, "user") != "alice" || cell(t, res, 0, "cost_share") != 0.5 || cell(t, res, 0, "flag") != "over 40%" {
+		t.Errorf("first row = %v", res.Rows[0])
+	}
+	if cell(t, res, 1, "flag") != "" || cell(t, res, 1, "cost_share") != 0.3 {
+		t.Errorf("second row = %v", res.Rows[1])
+	}
+	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "alice accounts for 50%") {
+		t.Errorf("notes = %v", res.Notes)
+	}
+}
+
+func TestTemplatesAndLength(t *testing.T) {
+	var reqs []req
+	for i := range 10 {
+		fin := "stop"
+		if i < 3 {
+			fin = "length"
+		}
+		reqs = append(reqs, req{user: "u", model: "m", tmpl: "long", in: 3000, cached: 1000, out: 200, costNanos: 2e6, finish: fin})
+	}
+	for range 10 {
+		reqs = append(reqs, req{user: "u", model: "m", tmpl: "short", in: 200, out: 100, costNanos: 1e6, finish: "stop"})
+	}
+	s := seed(t, reqs)
+	res, err := Run(context.Background(), s, "templates", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dearest first: "long" costs 20,000,000 nanos over 10 requests.
+	if cell(t, res, 0, "template") != "long" || cell(t, res, 0, "avg_input_tokens") != 3000.0 ||
+		cell(t, res, 0, "cost_per_request") != int64(2e6) || cell(t, res, 0, "cache_hit_rate") != 1.0/3 {
+		t.Errorf("templates row 0 = %v", res.Rows[0])
+	}
+	lres, err := Run(context.Background(), s, "length", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cell(t, lres, 0, "template") != "long" || cell(t, lres, 0, "length_share") != 0.3 || len(lres.Notes) != 1 {
+		t.Errorf("length row 0 = %v, notes %v", lres.Rows[0], lres.Notes)
+	}
+}
+
+func TestWaste(t *testing.T) {
+	var reqs []req
+	// Previous week: template "faq" averaged 200 input tokens.
+	for range 5 {
+		reqs = append(reqs, req{user: "u", model: "m", tmpl: "faq", in: 200, out: 50, costNanos: 1000, day: -3})
+	}
+	// This week: 3000 input tokens (a grown system prompt), the same prompt
+	// four times, one answer cut, no prefix-cache hits.
+	for i := range 4 {
+		fin := "stop"
+		if i == 0 {
+			fin = "length"
+		}
+		reqs = append(reqs, req{user: "u", model: "m", tmpl: "faq", in: 3000, out: 100, costNanos: 31000, prompt: "same", finish: fin, day: 1})
+	}
+	s := seed(t, reqs)
+	res, err := Run(context.Background(), s, "waste", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string][]any{}
+	for _, row := range res.Rows {
+		found[row[0].(string)] = row
+	}
+	dup := found["duplicate_prompt"]
+	if dup == nil || dup[2] != int64(3) || dup[5] != int64(31000*3) {
+		t.Errorf("duplicate_prompt = %v, want 3 repeats costing 93000 nanos", dup)
+	}
+	grew := found["prompt_grew"]
+	if grew == nil || grew[4] != int64((3000-200)*4) || !strings.Contains(grew[7].(string), "200 → 3000") {
+		t.Errorf("prompt_grew = %v", grew)
+	}
+	cut := found["cut_by_max_tokens"]
+	if cut == nil || cut[2] != int64(1) || cut[5] != int64(124000/4) {
+		t.Errorf("cut_by_max_tokens = %v", cut)
+	}
+	if low := found["low_prefix_cache_hits"]; low == nil || low[4] != int64(12000) {
+		t.Errorf("low_prefix_cache_hits = %v", low)
+	}
+	if _, err := Run(context.Background(), s, "waste", Query{}); err == nil {
+		t.Error("waste without a period accepted")
+	}
+}
+
+func TestGroupedAndRender(t *testing.T) {
+	s := seed(t, []req{
+		{user: "alice", biz: "search", model: "m", in: 10, out: 5, costNanos: 1_500_000_000},
+		{user: "alice", biz: "search", model: "m", in: 10, out: 5, costNanos: 500_000_000, day: 1},
+		{user: "bob", biz: "ads", model: "m", in: 1, out: 1, costNanos: 1},
+	})
+	res, err := Run(context.Background(), s, "users", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 3 || cell(t, res, 0, "user") != "alice" || cell(t, res, 0, "day") != "2026-11-02" || cell(t, res, 0, "cost") != int64(1_500_000_000) {
+		t.Fatalf("users = %v", res.Rows)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, res, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var js struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &js); err != nil || js.Rows[0]["cost"] != "1.5" || js.Rows[2]["cost"] != "0.000000001" {
+		t.Errorf("json (err %v): %s", err, buf.String())
+	}
+	buf.Reset()
+	if err := Render(&buf, res, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil || len(recs) != 4 || recs[0][0] != "user" || recs[1][8] != "1.5" {
+		t.Errorf("csv (err %v): %v", err, recs)
+	}
+	buf.Reset()
+	if err := Render(&buf, res, "table"); err != nil || !strings.Contains(buf.String(), "1.50") {
+		t.Errorf("table (err %v):\n%s", err, buf.String())
+	}
+	bres, err := Run(context.Background(), s, "biz", week(7))
+	if err != nil || len(bres.Rows) != 2 || cell(t, bres, 1, "month") != "2026-11" || cell(t, bres, 1, "requests") != int64(2) {
+		t.Errorf("biz (err %v) = %v", err, bres.Rows)
+	}
+	if _, err := Run(context.Background(), s, "nope", week(7)); err == nil || !strings.Contains(err.Error(), "one of users") {
+		t.Errorf("unknown kind: %v", err)
+	}
+	if err := Render(&buf, res, "xml"); err == nil {
+		t.Error("unknown format accepted")
+	}
+}
+
+var _ Source = (*sqlite.Store)(nil)
+var _ = store.DimUser
