@@ -252,7 +252,9 @@ func length(ctx context.Context, src Source, q Query) (*Result, error) {
 		return nil, err
 	}
 	rows = mergeCurrencies(rows)
-	sort.SliceStable(rows, func(i, j int) bool { return ratio(rows[i].FinishLength, rows[i].Requests) > ratio(rows[j].FinishLength, rows[j].Requests) })
+	sort.SliceStable(rows, func(i, j int) bool {
+		return ratio(rows[i].FinishLength, rows[i].Requests) > ratio(rows[j].FinishLength, rows[j].Requests)
+	})
 	res := &Result{Title: "Answers cut by max_tokens (finish_reason=length)", Columns: []Column{
 		{"model", KindText}, {"template", KindText}, {"requests", KindInt}, {"finish_length", KindInt}, {"length_share", KindPercent},
 	}}
