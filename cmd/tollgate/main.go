@@ -31,6 +31,8 @@ Usage:
                     run the simulator, the gateway and sample traffic together
   tollgate requests [--db PATH] [--limit N] [--json] [filters]
                     list recent requests; "requests show ID" prints one health report
+  tollgate report   KIND [--from DATE] [--to DATE] [--format table|json|csv]
+                    cost reports: users, biz, models, templates, top, length, waste
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDemo(ctx, rest, stdout, stderr)
 	case "requests":
 		return runRequests(ctx, rest, stdout, stderr)
+	case "report":
+		return runReport(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
 		return nil

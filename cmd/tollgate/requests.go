@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -127,7 +126,7 @@ func openLedger(ctx context.Context, path string) (*sqlite.Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no ledger at %s (start \"tollgate serve\" or \"tollgate demo\" first, or pass --db PATH)", path)
 	}
-	return sqlite.Open(ctx, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return openLedgerIn(ctx, path, time.UTC)
 }
 
 // printReport renders one health report for a terminal.

@@ -21,7 +21,34 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/web"
 )
+
+func retention(r config.Retention) store.Retention {
+	return store.Retention{Details: r.Details, Ledger: r.Ledger, Minute: r.Minute, Hour: r.Hour, Day: r.Day, Events: r.Events}
+}
+
+// prune enforces the retention hourly, starting a minute after start-up so
+// it never competes with a burst of start-up traffic.
+func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.Logger) {
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := a.Prune(ctx, time.Now(), r)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("retention pass failed", "err", err)
+		case n > 0:
+			log.Info("retention pass", "deleted_rows", n)
+		}
+		t.Reset(time.Hour)
+	}
+}
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]", stderr)
@@ -79,7 +106,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Store: the SQLite ledger and the batching writer in front of it.
-	st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log.With("component", "store"))
+	st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log.With("component", "store"), sqlite.WithLocation(cfg.Location()))
 	if err != nil {
 		return err
 	}
@@ -116,8 +143,20 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// Record even after cancelling the stragglers.
 	baseCtx, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
+	// JSON API beside the proxy, and the retention pruner.
+	api := web.NewAPI(web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api")})
+	if len(cfg.API.Tokens) == 0 {
+		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
+	}
+	pruneCtx, stopPrune := context.WithCancel(context.Background())
+	defer stopPrune()
+	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+
 	var inflight sync.WaitGroup
-	handler := gw.Handler()
+	mux := http.NewServeMux()
+	mux.Handle("/api/", api)
+	mux.Handle("/", gw.Handler())
+	handler := mux
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)

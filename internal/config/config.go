@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 )
 
 // Engine kinds tollgate knows how to read signals from.
@@ -26,6 +28,31 @@ type Config struct {
 	Limits        Limits        `yaml:"limits"`
 	Sampling      Sampling      `yaml:"sampling"`
 	Metrics       Metrics       `yaml:"metrics"`
+	API           API           `yaml:"api"`
+	Tokenizers    map[string]tokenizer.Spec `yaml:"tokenizers"`
+}
+
+// API protects the JSON API (/api/v1/) and, later, the dashboard. Proxy
+// keys never open it. With no tokens it answers loopback clients only.
+type API struct {
+	Tokens []APIToken `yaml:"tokens"`
+}
+
+// APIToken is one bearer token for the API, given as the token (typically
+// from ${ENV}) or its SHA-256; only the hash is kept after loading.
+type APIToken struct {
+	Name        string `yaml:"name"`
+	Token       string `yaml:"token"`
+	TokenSHA256 string `yaml:"token_sha256"`
+	Role        string `yaml:"role"` // admin | read
+}
+
+// Hash is the SHA-256 of the token, however it was given.
+func (t APIToken) Hash() string {
+	if t.TokenSHA256 != "" {
+		return t.TokenSHA256
+	}
+	return HashKey(t.Token)
 }
 
 // Log configures the process log.
@@ -40,6 +67,20 @@ type Store struct {
 	QueueSize     int           `yaml:"queue_size"`
 	BatchSize     int           `yaml:"batch_size"`
 	FlushInterval time.Duration `yaml:"flush_interval"`
+	// Timezone is the calendar of day and month reports and daily quotas,
+	// an IANA name such as Asia/Shanghai.
+	Timezone  string    `yaml:"timezone"`
+	Retention Retention `yaml:"retention"`
+}
+
+// Retention says how long each kind of data is kept; 0 keeps it forever.
+type Retention struct {
+	Details time.Duration `yaml:"details"` // sampled token timelines
+	Ledger  time.Duration `yaml:"ledger"`  // one row per request
+	Minute  time.Duration `yaml:"minute"`  // per-minute rollups (dashboard)
+	Hour    time.Duration `yaml:"hour"`    // per-hour rollups
+	Day     time.Duration `yaml:"day"`     // per-day rollups (billing reports)
+	Events  time.Duration `yaml:"events"`
 }
 
 // SQLite is the embedded store.
@@ -128,6 +169,14 @@ func Default() *Config {
 			QueueSize:     65536,
 			BatchSize:     512,
 			FlushInterval: 200 * time.Millisecond,
+			Timezone:      "UTC",
+			// Seed 001 §2.3: details 7–15 days; rollups kept long. The
+			// ledger covers a monthly bill cycle for drill-down; billing
+			// reports read the day rollups, kept forever.
+			Retention: Retention{
+				Details: 15 * 24 * time.Hour, Ledger: 35 * 24 * time.Hour, Minute: 35 * 24 * time.Hour,
+				Hour: 400 * 24 * time.Hour, Day: 0, Events: 400 * 24 * time.Hour,
+			},
 		},
 		Upstreams: []Upstream{{
 			Name:   "default",

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -66,10 +67,15 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// From here on only the hash of a proxy key exists in memory.
+	// From here on only the hash of a proxy key or API token exists in memory.
 	for i, k := range cfg.Auth.Keys {
 		if k.Key != "" {
 			cfg.Auth.Keys[i].KeySHA256, cfg.Auth.Keys[i].Key = k.Hash(), ""
+		}
+	}
+	for i, t := range cfg.API.Tokens {
+		if t.Token != "" {
+			cfg.API.Tokens[i].TokenSHA256, cfg.API.Tokens[i].Token = t.Hash(), ""
 		}
 	}
 	return cfg, nil
@@ -340,6 +346,42 @@ func (c *Config) Validate() error {
 	if c.Metrics.MaxModels < 0 {
 		bad("metrics.max_models", "must not be negative")
 	}
+	if _, err := time.LoadLocation(c.Store.Timezone); err != nil || c.Store.Timezone == "" || c.Store.Timezone == "Local" {
+		bad("store.timezone", "must be an IANA time zone such as UTC or Asia/Shanghai; got %q", c.Store.Timezone)
+	}
+	ret := c.Store.Retention
+	for _, r := range []struct {
+		k string
+		v time.Duration
+	}{{"details", ret.Details}, {"ledger", ret.Ledger}, {"minute", ret.Minute}, {"hour", ret.Hour}, {"day", ret.Day}, {"events", ret.Events}} {
+		if r.v < 0 {
+			bad("store.retention."+r.k, "must not be negative (0 keeps forever)")
+		}
+	}
+	if ret.Ledger > 0 && ret.Details > ret.Ledger {
+		bad("store.retention.details", "cannot outlive the ledger rows they belong to (store.retention.ledger is %v)", ret.Ledger)
+	}
+	for i, t := range c.API.Tokens {
+		p := fmt.Sprintf("api.tokens[%d]", i)
+		switch {
+		case t.Token == "" && t.TokenSHA256 == "":
+			bad(p, "needs token or token_sha256")
+		case t.Token != "" && t.TokenSHA256 != "":
+			bad(p, "give token or token_sha256, not both")
+		case t.TokenSHA256 != "":
+			if b, err := hex.DecodeString(t.TokenSHA256); err != nil || len(b) != 32 {
+				bad(p+".token_sha256", "must be 64 hex characters")
+			}
+		}
+		if t.Role != "admin" && t.Role != "read" {
+			bad(p+".role", "must be admin or read; got %q", t.Role)
+		}
+	}
+	for _, m := range sortedKeys(c.Tokenizers) {
+		if err := c.Tokenizers[m].Validate(); err != nil {
+			bad("tokenizers."+m, "%v", err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -379,4 +421,22 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port must be 0–65535; got %q", addr)
 	}
 	return addr[:i], p, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Location is the report time zone (validated).
+func (c *Config) Location() *time.Location {
+	loc, err := time.LoadLocation(c.Store.Timezone)
+	if err != nil {
+		return time.UTC
+	}
+	return loc
 }

@@ -154,3 +154,38 @@ func DefaultPeriod(now time.Time, loc *time.Location, days int) (time.Time, time
 	end := time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, loc).AddDate(0, 0, 1)
 	return end.AddDate(0, 0, -days), end
 }
+
+// ParseTime reads a period bound: a date (midnight in loc) or RFC 3339.
+func ParseTime(s string, loc *time.Location) (time.Time, error) {
+	if t, err := time.ParseInLocation(time.DateOnly, s, loc); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither a date (2026-11-01) nor an RFC 3339 time (2026-11-01T08:00:00Z)", s)
+	}
+	return t, nil
+}
+
+// ParsePeriod reads from/to; a missing from is days before to, a missing
+// to is the end of today. A date as to means up to that date's midnight
+// (exclusive): "--from 2026-11-01 --to 2026-12-01" is November.
+func ParsePeriod(from, to string, loc *time.Location, now time.Time, days int) (time.Time, time.Time, error) {
+	f, t := DefaultPeriod(now, loc, days)
+	var err error
+	if to != "" {
+		if t, err = ParseTime(to, loc); err != nil {
+			return f, t, fmt.Errorf("to: %w", err)
+		}
+		f = t.AddDate(0, 0, -days)
+	}
+	if from != "" {
+		if f, err = ParseTime(from, loc); err != nil {
+			return f, t, fmt.Errorf("from: %w", err)
+		}
+	}
+	if !f.Before(t) {
+		return f, t, fmt.Errorf("from (%s) must be before to (%s)", f.Format(time.RFC3339), t.Format(time.RFC3339))
+	}
+	return f, t, nil
+}

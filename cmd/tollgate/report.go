@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/report"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+)
+
+func reportUsage() string {
+	var b strings.Builder
+	b.WriteString("report KIND [--db PATH] [--from DATE] [--to DATE] [--format table|json|csv] [filters]\n\nKinds:\n")
+	for _, k := range report.Kinds {
+		fmt.Fprintf(&b, "  %-10s %s\n", k.Name, k.Help)
+	}
+	return b.String()
+}
+
+func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("report", reportUsage(), stderr)
+	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	from := fs.String("from", "", "start `date` (2026-11-01) or RFC 3339 time; default 7 days before --to")
+	to := fs.String("to", "", "end (exclusive) `date` or time; default the end of today")
+	tz := fs.String("tz", "UTC", "time `zone` of dates and day/month groups, e.g. Asia/Shanghai (as store.timezone)")
+	format := fs.String("format", "table", "table, json or csv")
+	limit := fs.Int("limit", 20, "rows of ranked reports (top, waste)")
+	where := map[store.Dim]*string{}
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
+		where[d] = fs.String(string(d), "", "only this "+strings.ReplaceAll(string(d), "_", " "))
+	}
+	// The kind comes first: "tollgate report users --from …".
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		fs.Usage()
+		return errUsage
+	}
+	kind := args[0]
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	loc, err := time.LoadLocation(*tz)
+	if err != nil {
+		return fmt.Errorf("--tz: %w", err)
+	}
+	f, t, err := report.ParsePeriod(*from, *to, loc, time.Now(), 7)
+	if err != nil {
+		return err
+	}
+	q := report.Query{From: f, To: t, Limit: *limit, Where: map[store.Dim]string{}}
+	for d, v := range where {
+		if *v != "" {
+			q.Where[d] = *v
+		}
+	}
+	st, err := openLedgerIn(ctx, *db, loc)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := report.Run(ctx, st, kind, q)
+	if err != nil {
+		return err
+	}
+	return report.Render(stdout, res, *format)
+}
+
+// openLedgerIn opens an existing ledger with a report time zone.
+func openLedgerIn(ctx context.Context, path string, loc *time.Location) (*sqlite.Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no ledger at %s (start \"tollgate serve\" or \"tollgate demo\" first, or pass --db PATH)", path)
+	}
+	return sqlite.Open(ctx, path, slog.New(slog.DiscardHandler), sqlite.WithLocation(loc))
+}

@@ -1,0 +1,256 @@
+// Package web serves tollgate's JSON API under /api/v1/ (and, later, the
+// dashboard that reads it). It sits after the store: every answer comes
+// from the ledger and its rollups, never from the proxy's hot path. The
+// API has its own bearer tokens with roles; proxy keys never open it.
+package web
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/report"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+// Store is what the API reads.
+type Store interface {
+	store.Store
+	store.Analytics
+}
+
+// Options wire the API.
+type Options struct {
+	Store  Store
+	Tokens []config.APIToken // only hashes are read
+	Loc    *time.Location    // report time zone
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// API is the /api/v1/ handler.
+type API struct {
+	o   Options
+	mux *http.ServeMux
+}
+
+// Roles, weakest first.
+const (
+	RoleRead  = "read"
+	RoleAdmin = "admin"
+)
+
+// NewAPI builds the handler.
+func NewAPI(o Options) *API {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Loc == nil {
+		o.Loc = time.UTC
+	}
+	a := &API{o: o, mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET /api/v1/reports", a.read(a.listReports))
+	a.mux.HandleFunc("GET /api/v1/reports/{kind}", a.read(a.getReport))
+	a.mux.HandleFunc("GET /api/v1/requests", a.read(a.listRequests))
+	a.mux.HandleFunc("GET /api/v1/requests/{id}", a.read(a.getRequest))
+	a.mux.HandleFunc("GET /api/v1/events", a.read(a.listEvents))
+	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return a
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// role returns the caller's role, or "" when it has none. Tokens are
+// compared by their SHA-256 in constant time.
+func (a *API) role(r *http.Request) string {
+	if len(a.o.Tokens) == 0 {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+			return RoleAdmin
+		}
+		return ""
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return ""
+	}
+	h := config.HashKey(strings.TrimSpace(tok))
+	role := ""
+	for _, t := range a.o.Tokens {
+		if subtle.ConstantTimeCompare([]byte(h), []byte(t.Hash())) == 1 {
+			role = t.Role
+		}
+	}
+	return role
+}
+
+func (a *API) read(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch a.role(r) {
+		case RoleRead, RoleAdmin:
+			h(w, r)
+		default:
+			if len(a.o.Tokens) == 0 {
+				writeErr(w, http.StatusForbidden, "forbidden", "the API answers loopback clients only until api.tokens are configured")
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate api"`)
+			writeErr(w, http.StatusUnauthorized, "unauthorized", "send an API token: Authorization: Bearer <token> (proxy keys do not open the API)")
+		}
+	}
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (a *API) listReports(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats})
+}
+
+// getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&limit=&format=
+func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 7)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_period", err.Error())
+		return
+	}
+	rq := report.Query{From: from, To: to, Where: map[store.Dim]string{}}
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
+		if v := q.Get(string(d)); v != "" {
+			rq.Where[d] = v
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeErr(w, http.StatusBadRequest, "bad_limit", "limit must be a positive integer")
+			return
+		}
+		rq.Limit = n
+	}
+	format := q.Get("format")
+	if format == "" || format == "table" {
+		format = "json"
+	}
+	res, err := report.Run(r.Context(), a.o.Store, r.PathValue("kind"), rq)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_report", err.Error())
+		return
+	}
+	switch format {
+	case "csv":
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	case "json":
+		w.Header().Set("Content-Type", "application/json")
+	default:
+		writeErr(w, http.StatusBadRequest, "bad_format", "format must be json or csv")
+		return
+	}
+	if err := report.Render(w, res, format); err != nil {
+		a.o.Log.Warn("render report", "err", err)
+	}
+}
+
+// listRequests: GET /api/v1/requests?since=&until=&user=&biz_line=&model=&trace_id=&template=&status=&errors=1&slow=2s&limit=
+func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.Filter{UserID: q.Get("user"), BizLine: q.Get("biz_line"), Model: q.Get("model"), TraceID: q.Get("trace_id"), TemplateID: q.Get("template")}
+	var err error
+	parse := func(name string, fn func(string) error) {
+		if v := q.Get(name); v != "" && err == nil {
+			if e := fn(v); e != nil {
+				err = errors.New(name + ": " + e.Error())
+			}
+		}
+	}
+	parse("since", func(v string) (e error) { f.Since, e = report.ParseTime(v, a.o.Loc); return })
+	parse("until", func(v string) (e error) { f.Until, e = report.ParseTime(v, a.o.Loc); return })
+	parse("status", func(v string) (e error) { f.Status, e = strconv.Atoi(v); return })
+	parse("slow", func(v string) (e error) { f.MinE2E, e = time.ParseDuration(v); return })
+	parse("limit", func(v string) (e error) {
+		f.Limit, e = strconv.Atoi(v)
+		if e == nil && (f.Limit < 1 || f.Limit > 10000) {
+			e = errors.New("must be 1–10000")
+		}
+		return
+	})
+	parse("errors", func(v string) (e error) { f.ErrorsOnly, e = strconv.ParseBool(v); return })
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_filter", err.Error())
+		return
+	}
+	recs, err := a.o.Store.Requests(r.Context(), f)
+	if err != nil {
+		a.o.Log.Error("list requests", "err", err)
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the ledger")
+		return
+	}
+	writeJSON(w, map[string]any{"requests": recs})
+}
+
+func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {
+	recs, err := a.o.Store.Request(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeErr(w, http.StatusNotFound, "not_found", "no request "+strconv.Quote(r.PathValue("id")))
+	case err != nil:
+		a.o.Log.Error("get request", "err", err)
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the ledger")
+	default:
+		writeJSON(w, map[string]any{"attempts": recs})
+	}
+}
+
+func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	since := a.o.Now().Add(-7 * 24 * time.Hour)
+	if v := q.Get("since"); v != "" {
+		t, err := report.ParseTime(v, a.o.Loc)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "bad_since", err.Error())
+			return
+		}
+		since = t
+	}
+	evs, err := a.o.Store.Events(r.Context(), since, q.Get("kind"), 500)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read events")
+		return
+	}
+	type ev struct {
+		At      time.Time       `json:"at"`
+		Kind    string          `json:"kind"`
+		Subject string          `json:"subject"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data,omitempty"`
+	}
+	out := make([]ev, 0, len(evs))
+	for _, e := range evs {
+		var data json.RawMessage
+		if json.Valid([]byte(e.Data)) {
+			data = json.RawMessage(e.Data)
+		}
+		out = append(out, ev{e.At, e.Kind, e.Subject, e.Message, data})
+	}
+	writeJSON(w, map[string]any{"events": out})
+}

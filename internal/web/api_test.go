@@ -1,0 +1,129 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+)
+
+var now = time.Date(2025, 3, 16, 12, 0, 0, 0, time.UTC)
+
+func newAPI(t *testing.T, tokens []config.APIToken) (*httptest.Server, []*record.Record) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	recs := storetest.Records(0, 12)
+	for i, r := range recs {
+		r.Cost = record.Cost{Nanos: int64(i+1) * 1e6, Currency: "USD"}
+	}
+	if err := st.Insert(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.AddEvents(context.Background(), nil)
+	srv := httptest.NewServer(NewAPI(Options{Store: st, Tokens: tokens, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}))
+	t.Cleanup(srv.Close)
+	return srv, recs
+}
+
+func get(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func TestAuth(t *testing.T) {
+	srv, _ := newAPI(t, []config.APIToken{{Name: "ops", TokenSHA256: config.HashKey("tok-read"), Role: "read"}})
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {"sk-proxy-key", 401}, {"tok-read", 200}} {
+		if code, b := get(t, srv.URL+"/api/v1/reports", tc.token); code != tc.want {
+			t.Errorf("token %q: %d %s, want %d", tc.token, code, b, tc.want)
+		}
+	}
+}
+
+func TestLoopbackOnlyWithoutTokens(t *testing.T) {
+	srv, _ := newAPI(t, nil)
+	if code, _ := get(t, srv.URL+"/api/v1/reports", ""); code != 200 {
+		t.Errorf("loopback without tokens: %d, want 200", code)
+	}
+	a := NewAPI(Options{Log: slog.New(slog.DiscardHandler)})
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/reports", nil)
+	req.RemoteAddr = "192.0.2.7:5555"
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Errorf("remote client without tokens: %d, want 403", rec.Code)
+	}
+}
+
+func TestReportsAndRequests(t *testing.T) {
+	srv, recs := newAPI(t, nil)
+	code, b := get(t, srv.URL+"/api/v1/reports/users?from=2025-03-14&to=2025-03-15", "")
+	if code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	var rep struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, r := range rep.Rows {
+		n += r["requests"].(float64)
+	}
+	if n != 12 {
+		t.Errorf("users report counts %v requests, want 12: %s", n, b)
+	}
+	if code, b := get(t, srv.URL+"/api/v1/reports/top?from=2025-03-14&to=2025-03-15&format=csv", ""); code != 200 || !strings.HasPrefix(string(b), "user,requests") {
+		t.Errorf("csv: %d %s", code, b)
+	}
+	for _, bad := range []string{"/api/v1/reports/nope", "/api/v1/reports/users?from=yesterday", "/api/v1/requests?limit=0", "/api/v1/requests?status=x"} {
+		if code, b := get(t, srv.URL+bad, ""); code != 400 || !strings.Contains(string(b), `"error"`) {
+			t.Errorf("%s: %d %s, want a 400 JSON error", bad, code, b)
+		}
+	}
+	code, b = get(t, srv.URL+"/api/v1/requests?limit=3&user="+recs[0].UserID, "")
+	var list struct {
+		Requests []*record.Record `json:"requests"`
+	}
+	if code != 200 || json.Unmarshal(b, &list) != nil || len(list.Requests) == 0 || list.Requests[0].UserID != recs[0].UserID {
+		t.Errorf("requests: %d %s", code, b)
+	}
+	code, b = get(t, srv.URL+"/api/v1/requests/"+recs[4].RequestID, "")
+	var one struct {
+		Attempts []*record.Record `json:"attempts"`
+	}
+	if code != 200 || json.Unmarshal(b, &one) != nil || one.Attempts[0].RequestID != recs[4].RequestID || one.Attempts[0].Cost.Nanos != 5e6 {
+		t.Errorf("request: %d %s", code, b)
+	}
+	if code, _ := get(t, srv.URL+"/api/v1/requests/nope", ""); code != 404 {
+		t.Errorf("unknown request: %d", code)
+	}
+}
