@@ -17,18 +17,18 @@ var EngineKinds = []string{"vllm", "sglang", "tgi", "llamacpp", "ollama", "opena
 
 // Config is the whole configuration.
 type Config struct {
-	Listen        string        `yaml:"listen"`
-	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
-	Log           Log           `yaml:"log"`
-	Store         Store         `yaml:"store"`
-	Upstreams     []Upstream    `yaml:"upstreams"`
-	Retry         Retry         `yaml:"retry"`
-	Auth          Auth          `yaml:"auth"`
-	Headers       Headers       `yaml:"headers"`
-	Limits        Limits        `yaml:"limits"`
-	Sampling      Sampling      `yaml:"sampling"`
-	Metrics       Metrics       `yaml:"metrics"`
-	API           API           `yaml:"api"`
+	Listen        string                    `yaml:"listen"`
+	ShutdownGrace time.Duration             `yaml:"shutdown_grace"`
+	Log           Log                       `yaml:"log"`
+	Store         Store                     `yaml:"store"`
+	Upstreams     []Upstream                `yaml:"upstreams"`
+	Retry         Retry                     `yaml:"retry"`
+	Auth          Auth                      `yaml:"auth"`
+	Headers       Headers                   `yaml:"headers"`
+	Limits        Limits                    `yaml:"limits"`
+	Sampling      Sampling                  `yaml:"sampling"`
+	Metrics       Metrics                   `yaml:"metrics"`
+	API           API                       `yaml:"api"`
 	Tokenizers    map[string]tokenizer.Spec `yaml:"tokenizers"`
 }
 
