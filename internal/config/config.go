@@ -150,6 +150,9 @@ type Limits struct {
 type Sampling struct {
 	Normal float64       `yaml:"normal"` // share of normal requests, 0–1
 	Slow   time.Duration `yaml:"slow"`   // E2E above this is "slow" and always kept
+	// TokenizerCheck is the share of requests whose engine-reported
+	// prompt_tokens are compared with tollgate's own count, 0–1.
+	TokenizerCheck float64 `yaml:"tokenizer_check"`
 }
 
 // Metrics bounds label cardinality.
@@ -192,7 +195,7 @@ func Default() *Config {
 			RequestID: "X-Request-Id",
 		},
 		Limits:   Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
-		Sampling: Sampling{Normal: 0.10, Slow: 10 * time.Second},
+		Sampling: Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:  Metrics{MaxModels: 64},
 	}
 }

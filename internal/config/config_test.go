@@ -32,6 +32,7 @@ func TestBadConfigs(t *testing.T) {
 		"bad_retry.bad.yml":               "retry.attempts: must be at least 1 (1 disables retries)\nretry.on_status[0]: must be an HTTP error status (400–599); got 200",
 		"list_not_map.bad.yml":            "upstreams: expected a list (line 2)",
 		"bad_yaml.bad.yml":                "yaml: yaml: line 1: did not find expected ',' or ']'",
+		"unknown_in_map.bad.yml":          "tokenizers.Qwen/Qwen3-8B.tokenizr: unknown key (line 3)",
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {

@@ -99,6 +99,10 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	// A type that decodes itself (a decimal, a time) knows its own shape.
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if t.PkgPath() == "time" { // time.Duration is int64, time.Time a struct: scalars in YAML
@@ -135,11 +139,23 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
 			return fmt.Errorf("%s: expected a mapping (line %d)", orRoot(path), n.Line)
+		}
+		// Map values are checked too: a typo inside quotas.users.alice
+		// must not silently leave alice unlimited.
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := checkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	m := make(map[string]reflect.StructField, t.NumField())
@@ -339,6 +355,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.Normal < 0 || c.Sampling.Normal > 1 {
 		bad("sampling.normal", "must be between 0 and 1; got %v", c.Sampling.Normal)
+	}
+	if c.Sampling.TokenizerCheck < 0 || c.Sampling.TokenizerCheck > 1 {
+		bad("sampling.tokenizer_check", "must be between 0 and 1; got %v", c.Sampling.TokenizerCheck)
 	}
 	if c.Sampling.Slow < 0 {
 		bad("sampling.slow", "must not be negative")

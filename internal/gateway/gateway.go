@@ -8,6 +8,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -15,12 +16,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 )
 
 // Options wire a Gateway.
@@ -35,6 +39,9 @@ type Options struct {
 	MetricsHandler http.Handler
 	// Ready reports whether dependencies (the store) are healthy, for /readyz.
 	Ready func() error
+	// Event receives events worth a person's attention (a tokenizer
+	// mismatch); it must not block. Nil drops them.
+	Event func(store.Event)
 }
 
 // Gateway is the proxy.
@@ -49,6 +56,19 @@ type Gateway struct {
 	ready    func() error
 	draining atomic.Bool
 	sampleN  uint32 // normal requests kept per 10,000
+	checkN   uint32 // tokenizer checks per 10,000 requests
+	counters *counters
+	event    func(store.Event)
+	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// tokenCheck is one sampled comparison, done off the request path.
+type tokenCheck struct {
+	rec  *record.Record
+	ct   *tokenizer.Counter
+	body []byte
 }
 
 // ErrShutdown is the cancellation cause main gives in-flight requests when
@@ -69,7 +89,14 @@ func New(o Options) (*Gateway, error) {
 		routes:  newRouter(o.Config.Upstreams),
 		ready:   o.Ready,
 		sampleN: uint32(o.Config.Sampling.Normal * 10000),
+		checkN:  uint32(o.Config.Sampling.TokenizerCheck * 10000),
+		event:   o.Event,
+		checks:  make(chan tokenCheck, 64),
+		stop:    make(chan struct{}),
 	}
+	g.counters = newCounters(o.Config.Tokenizers, o.Log)
+	g.counters.preload()
+	go g.runChecks()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "chat") })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "completions") })
@@ -95,8 +122,11 @@ func (g *Gateway) Handler() http.Handler { return g.mux }
 // balancers stop sending, while in-flight requests finish.
 func (g *Gateway) Drain() { g.draining.Store(true) }
 
-// Close releases idle upstream connections.
-func (g *Gateway) Close() { g.routes.closeIdle() }
+// Close releases idle upstream connections and stops background checks.
+func (g *Gateway) Close() {
+	g.routes.closeIdle()
+	g.stopOnce.Do(func() { close(g.stop) })
+}
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	if g.draining.Load() {
@@ -178,6 +208,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	}
 	rec.Marks.Admitted = since()
 
+	ct := g.counters.get(rec.Model)
 	upBody := body
 	injected := false
 	if rec.Stream && !rec.IncludeUsage {
@@ -186,7 +217,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, injected: injected, trace: tc, since: since}
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since}
 	attempts := min(len(cands), g.cfg.Retry.Attempts)
 	for i := range attempts {
 		cur := rec
@@ -197,6 +228,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		retry := ex.attempt(cur, cands[i], i < attempts-1)
 		g.finish(cur)
 		if !retry {
+			g.maybeCheck(cur, ct, body)
 			return
 		}
 	}
@@ -260,6 +292,48 @@ func (g *Gateway) sampleHit(id string) bool {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
 	return h.Sum32()%10000 < g.sampleN
+}
+
+// maybeCheck samples requests whose prompt count came from the engine and
+// compares it with the local count, off the request path.
+func (g *Gateway) maybeCheck(rec *record.Record, ct *tokenizer.Counter, body []byte) {
+	if ct == nil || rec.Usage.Source != record.SourceEngine || rec.Usage.InputTokens == 0 || rec.Endpoint != "chat" {
+		return
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte("check:" + rec.RequestID))
+	if h.Sum32()%10000 >= g.checkN {
+		return
+	}
+	select {
+	case g.checks <- tokenCheck{rec: rec, ct: ct, body: body}:
+	default: // a busy gateway skips checks rather than queueing them
+	}
+}
+
+func (g *Gateway) runChecks() {
+	for {
+		var c tokenCheck
+		select {
+		case <-g.stop:
+			return
+		case c = <-g.checks:
+		}
+		local, ok := promptTokens(c.ct, c.rec.Endpoint, c.body)
+		if !ok {
+			continue
+		}
+		miss := mismatch(c.rec.Usage.InputTokens, local)
+		g.metrics.TokenizerCheck(c.rec.Model, miss)
+		if miss && g.event != nil {
+			g.event(store.Event{
+				At: time.Now(), Kind: "tokenizer_mismatch", Subject: "model:" + c.rec.Model,
+				Message: fmt.Sprintf("engine counted %d prompt tokens, tollgate's tokenizer %d: the tokenizer, the chat template or the model version changed (request %s)",
+					c.rec.Usage.InputTokens, local, c.rec.RequestID),
+				Data: fmt.Sprintf(`{"model":%q,"served_model":%q,"request_id":%q,"engine":%d,"local":%d}`, c.rec.Model, c.rec.ServedModel, c.rec.RequestID, c.rec.Usage.InputTokens, local),
+			})
+		}
+	}
 }
 
 func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) {

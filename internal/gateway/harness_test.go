@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // testGateway is a real gateway on a loopback listener whose Records are
@@ -24,6 +25,8 @@ type testGateway struct {
 	URL     string
 	Records chan *record.Record
 	Reg     *prometheus.Registry
+	Events  chan store.Event
+	G       *Gateway
 	srv     *httptest.Server
 }
 
@@ -33,7 +36,7 @@ func newTestGateway(t testing.TB, cfg *config.Config) *testGateway {
 		t.Fatalf("test config: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	tg := &testGateway{Records: make(chan *record.Record, 1024), Reg: reg}
+	tg := &testGateway{Records: make(chan *record.Record, 1024), Reg: reg, Events: make(chan store.Event, 64)}
 	var names []string
 	for _, u := range cfg.Upstreams {
 		names = append(names, u.Models...)
@@ -43,10 +46,12 @@ func newTestGateway(t testing.TB, cfg *config.Config) *testGateway {
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(reg, names, cfg.Metrics.MaxModels),
 		Sink:    func(r *record.Record) { tg.Records <- r },
+		Event:   func(e store.Event) { tg.Events <- e },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tg.G = g
 	tg.srv = httptest.NewServer(g.Handler())
 	tg.URL = tg.srv.URL
 	t.Cleanup(func() {
@@ -241,4 +246,17 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 func newBenchMetrics() *metrics.Metrics {
 	return metrics.New(prometheus.NewRegistry(), []string{"m"}, 8)
+}
+
+// waitCounter waits until the model's tokenizer is loaded (it loads in the
+// background, about a second).
+func (tg *testGateway) waitCounter(t testing.TB, model string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for tg.G.counters.get(model) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("tokenizer for %s not loaded within 30s", model)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
 }

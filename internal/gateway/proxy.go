@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
@@ -41,8 +42,10 @@ type exchange struct {
 	g        *Gateway
 	w        http.ResponseWriter
 	r        *http.Request
-	body     []byte
-	injected bool // include_usage added by the gateway: strip the usage chunk
+	body       []byte // as sent upstream
+	clientBody []byte // as the client sent it
+	ct         *tokenizer.Counter
+	injected   bool // include_usage added by the gateway: strip the usage chunk
 	trace    traceContext
 	since    func() time.Duration
 }
@@ -168,6 +171,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		done     bool
 		engErr   string
 		finished bool
+		text     streamText // only with a tokenizer, for usage the engine never sends
 	)
 	for !clientGone {
 		ev, err := er.Next()
@@ -205,6 +209,9 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					out = stripUsageNull(out)
 				}
 				if c.HasContent {
+					if ex.ct != nil {
+						text.add(ev.Data)
+					}
 					if tl.written == 0 {
 						rec.Marks.FirstUpstreamToken = ex.since()
 						rec.FirstChunkBytes = c.Content
@@ -244,8 +251,10 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 	rec.ContentChunks = tl.written
 	if rec.Usage.Source == "" && tl.written > 0 {
 		// The engine never reported usage (stream cut, or an engine that
-		// does not): count what was streamed, one token per chunk.
+		// does not): count what was streamed with the model's tokenizer,
+		// or, without one, one token per chunk.
 		rec.Usage = record.Usage{OutputTokens: int64(tl.written), Source: record.SourceChunks}
+		countUsage(rec, ex.ct, ex.clientBody, string(text.b))
 	}
 
 	switch {
@@ -330,6 +339,8 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		rec.ContentBytes = int64(pr.Content)
 		if pr.Usage != nil {
 			rec.Usage = *pr.Usage
+		} else {
+			countUsage(rec, ex.ct, ex.clientBody, responseText(body))
 		}
 	}
 	h := ex.w.Header()

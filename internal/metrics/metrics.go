@@ -39,6 +39,8 @@ type Metrics struct {
 	tokens     *prometheus.CounterVec
 	requests   *prometheus.CounterVec
 	inFlight   prometheus.Gauge
+	tokChecks  *prometheus.CounterVec
+	tokMiss    *prometheus.CounterVec
 
 	models *modelSet
 }
@@ -87,10 +89,18 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 			Name: "tollgate_requests_in_flight",
 			Help: "Requests currently being served by the gateway.",
 		}),
+		tokChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_tokenizer_checks_total",
+			Help: "Sampled comparisons of the engine's prompt_tokens with tollgate's own count (model's tokenizer and chat template).",
+		}, []string{"model"}),
+		tokMiss: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_tokenizer_mismatch_total",
+			Help: "Sampled comparisons that differ beyond tolerance: the tokenizer, the chat template or the model version changed.",
+		}, []string{"model"}),
 		models: newModelSet(known, maxModels),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.tokChecks, m.tokMiss)
 	}
 	return m
 }
@@ -146,6 +156,15 @@ func (m *Metrics) Observe(r *record.Record) {
 	}
 	if d.TPOT != nil {
 		m.tpot.WithLabelValues(model, up, biz).Observe(seconds(*d.TPOT))
+	}
+}
+
+// TokenizerCheck counts one sampled comparison of prompt counts.
+func (m *Metrics) TokenizerCheck(model string, mismatch bool) {
+	label := m.models.label(model, true)
+	m.tokChecks.WithLabelValues(label).Inc()
+	if mismatch {
+		m.tokMiss.WithLabelValues(label).Inc()
 	}
 }
 

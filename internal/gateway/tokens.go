@@ -1,0 +1,225 @@
+package gateway
+
+import (
+	"encoding/json"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
+)
+
+// Engines are the authority on tokens; tollgate counts with the served
+// model's own tokenizer only when an engine said nothing (a stream cut
+// off, an engine that does not report usage), and checks a sample of the
+// engine's counts against its own to catch a tokenizer or model version
+// that changed underneath (seed 001 §5.1).
+
+// autoTokenizers maps well-known model families to built-in tokenizers
+// when the configuration names none. Explicit `tokenizers:` entries win.
+var autoTokenizers = []struct{ contains, builtin string }{
+	{"qwen3", "qwen3"},
+	{"deepseek-v3", "deepseek-v3"}, {"deepseek-r1", "deepseek-v3"}, {"deepseek-chat", "deepseek-v3"}, {"deepseek-reasoner", "deepseek-v3"},
+	{"gpt-4o", "o200k_base"}, {"gpt-4.1", "o200k_base"}, {"gpt-5", "o200k_base"}, {"o1", "o200k_base"}, {"o3", "o200k_base"}, {"o4-", "o200k_base"},
+	{"gpt-4", "cl100k_base"}, {"gpt-3.5", "cl100k_base"},
+}
+
+// SpecFor returns the tokenizer of a model: configured, else the built-in
+// its family uses, else none.
+func SpecFor(model string, configured map[string]tokenizer.Spec) (tokenizer.Spec, bool) {
+	if s, ok := configured[model]; ok {
+		return s, true
+	}
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:] // "Qwen/Qwen3-8B" → "qwen3-8b"
+	}
+	for _, a := range autoTokenizers {
+		if strings.HasPrefix(m, a.contains) {
+			return tokenizer.Spec{Tokenizer: a.builtin}, true
+		}
+	}
+	return tokenizer.Spec{}, false
+}
+
+// counters hands out loaded counters without ever blocking the request
+// path: a model's first request starts the load in the background and
+// goes on without a counter; later requests find it ready.
+type counters struct {
+	configured map[string]tokenizer.Spec
+	log        *slog.Logger
+	mu         sync.Mutex
+	ready      map[string]*tokenizer.Counter // nil value: no tokenizer for this model
+	loading    map[string]bool
+	done       chan string // load completions, for tests; may be nil
+}
+
+func newCounters(configured map[string]tokenizer.Spec, log *slog.Logger) *counters {
+	return &counters{configured: configured, log: log, ready: map[string]*tokenizer.Counter{}, loading: map[string]bool{}}
+}
+
+// get returns the model's counter if it is loaded, nil otherwise.
+func (c *counters) get(model string) *tokenizer.Counter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ct, ok := c.ready[model]; ok {
+		return ct
+	}
+	if !c.loading[model] {
+		c.loading[model] = true
+		go c.load(model)
+	}
+	return nil
+}
+
+// preload loads the configured models' counters, e.g. at start-up.
+func (c *counters) preload() {
+	for m := range c.configured {
+		c.get(m)
+	}
+}
+
+func (c *counters) load(model string) {
+	var ct *tokenizer.Counter
+	if spec, ok := SpecFor(model, c.configured); ok {
+		var err error
+		if ct, err = tokenizer.Open(spec); err != nil {
+			c.log.Warn("tokenizer not available; usage the engine does not report will be estimated from chunks", "model", model, "tokenizer", spec.Tokenizer, "err", err)
+			ct = nil
+		} else {
+			c.log.Info("tokenizer loaded", "model", model, "tokenizer", spec.Tokenizer)
+		}
+	}
+	c.mu.Lock()
+	c.ready[model] = ct
+	c.mu.Unlock()
+	if c.done != nil {
+		c.done <- model
+	}
+}
+
+// promptTokens counts a request's prompt as the engine would: the chat
+// template applied to the messages, or the completion prompt's text.
+func promptTokens(ct *tokenizer.Counter, endpoint string, body []byte) (int64, bool) {
+	switch endpoint {
+	case "chat":
+		n, err := ct.ChatPromptTokens(body)
+		return int64(n), err == nil
+	case "completions", "embeddings":
+		var req struct {
+			Prompt json.RawMessage `json:"prompt"`
+			Input  json.RawMessage `json:"input"`
+		}
+		if json.Unmarshal(body, &req) != nil {
+			return 0, false
+		}
+		raw := req.Prompt
+		if endpoint == "embeddings" {
+			raw = req.Input
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return int64(ct.TextTokens(s)), true
+		}
+		var ss []string
+		if json.Unmarshal(raw, &ss) == nil {
+			var n int64
+			for _, x := range ss {
+				n += int64(ct.TextTokens(x))
+			}
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// streamText collects the generated text of a stream, for counting when
+// the engine never reports usage. Only kept while a counter exists.
+type streamText struct {
+	b []byte
+}
+
+type contentChunk struct {
+	Choices []struct {
+		Delta *struct {
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			Reasoning        string `json:"reasoning"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		Text string `json:"text"`
+	} `json:"choices"`
+}
+
+func (st *streamText) add(data []byte) {
+	var c contentChunk
+	if json.Unmarshal(data, &c) != nil {
+		return
+	}
+	for _, ch := range c.Choices {
+		st.b = append(st.b, ch.Text...)
+		if d := ch.Delta; d != nil {
+			st.b = append(st.b, d.ReasoningContent...)
+			st.b = append(st.b, d.Reasoning...)
+			st.b = append(st.b, d.Content...)
+			for _, tc := range d.ToolCalls {
+				st.b = append(st.b, tc.Function.Name...)
+				st.b = append(st.b, tc.Function.Arguments...)
+			}
+		}
+	}
+}
+
+// responseText is the generated text of a non-streamed answer.
+func responseText(body []byte) string {
+	var r struct {
+		Choices []struct {
+			Message *struct {
+				Content          string `json:"content"`
+				ReasoningContent string `json:"reasoning_content"`
+			} `json:"message"`
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return ""
+	}
+	var sb strings.Builder
+	for _, c := range r.Choices {
+		sb.WriteString(c.Text)
+		if m := c.Message; m != nil {
+			sb.WriteString(m.ReasoningContent)
+			sb.WriteString(m.Content)
+		}
+	}
+	return sb.String()
+}
+
+// countUsage fills usage the engine did not report, with the model's own
+// tokenizer: output from the text streamed or returned, input from the
+// request. Without a counter the chunk count stays (source chunks).
+func countUsage(rec *record.Record, ct *tokenizer.Counter, body []byte, text string) {
+	if ct == nil {
+		return
+	}
+	u := record.Usage{Source: record.SourceTokenizer, OutputTokens: int64(ct.TextTokens(text))}
+	if n, ok := promptTokens(ct, rec.Endpoint, body); ok {
+		u.InputTokens = n
+	}
+	rec.Usage = u
+}
+
+// mismatch compares the engine's prompt count with the local one and says
+// whether they differ beyond tolerance: 1 % or 2 tokens, whichever is
+// larger (chat templates differ in small ways between engine versions).
+func mismatch(engine, local int64) bool {
+	d := math.Abs(float64(engine - local))
+	return d > math.Max(2, 0.01*float64(engine))
+}

@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"bufio"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/sim"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
+)
+
+// TestCutStreamCountedByTokenizer: a stream cut off mid-way (the engine
+// never sends usage) is recorded with output tokens counted by the served
+// model's own tokenizer, equal to the tokens actually streamed, and input
+// tokens counted with its chat template.
+func TestCutStreamCountedByTokenizer(t *testing.T) {
+	se := startSim(t, sim.Config{})
+	tg := simGateway(t, se)
+	tg.waitCounter(t, simModel)
+	const body = `{"model":"` + simModel + `","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Tell me about water."}],"stream":true}`
+	resp := post(t, tg.URL+"/v1/chat/completions", body, map[string]string{sim.FaultHeader: "reset-after=17", sim.OutputTokensHeader: "40"})
+	var streamed strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var st streamText
+			st.add([]byte(line))
+			streamed.Write(st.b)
+		}
+	}
+	resp.Body.Close()
+	r := tg.next(t)
+
+	qwen, err := tokenizer.Open(tokenizer.Spec{Tokenizer: "qwen3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOut := int64(qwen.TextTokens(streamed.String()))
+	wantIn, err := qwen.ChatPromptTokens([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Usage.Source != record.SourceTokenizer || r.Usage.OutputTokens != wantOut || r.Usage.OutputTokens != 17 || r.Usage.InputTokens != int64(wantIn) {
+		t.Errorf("usage = %+v; want source tokenizer, %d output tokens (what was streamed: %q), %d input tokens", r.Usage, wantOut, streamed.String(), wantIn)
+	}
+	if r.ErrorType != record.ErrUpstreamReset {
+		t.Errorf("error type %q", r.ErrorType)
+	}
+}
+
+// TestTokenizerMismatchSignal: the simulator counts prompts with its own
+// toy tokenizer, so a sampled check against Qwen3's count must raise the
+// mismatch signal (metric and event).
+func TestTokenizerMismatchSignal(t *testing.T) {
+	se := startSim(t, sim.Config{})
+	cfg := testConfig(se.URL)
+	cfg.Upstreams[0].Models = []string{simModel}
+	cfg.Sampling.TokenizerCheck = 1
+	tg := newTestGateway(t, cfg)
+	tg.waitCounter(t, simModel)
+	// The simulator counts each punctuation mark as a token; Qwen3 merges
+	// a run of them into a few: far beyond the tolerance.
+	readAll(t, post(t, tg.URL+"/v1/chat/completions", `{"model":"`+simModel+`","messages":[{"role":"user","content":"Wow`+strings.Repeat("!", 60)+`"}]}`, nil))
+	r := tg.next(t)
+	var ev store.Event
+	select {
+	case ev = <-tg.Events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tokenizer_mismatch event within 10s")
+	}
+	if ev.Kind != "tokenizer_mismatch" || !strings.Contains(ev.Message, r.RequestID) || !strings.Contains(ev.Data, `"model":"`+simModel+`"`) {
+		t.Errorf("event = %+v", ev)
+	}
+	if got := metricValue(t, tg, "tollgate_tokenizer_mismatch_total", map[string]string{"model": simModel}); got != 1 {
+		t.Errorf("mismatch metric = %v, want 1", got)
+	}
+}
+
+func TestSpecFor(t *testing.T) {
+	cases := map[string]string{
+		"Qwen/Qwen3-8B": "qwen3", "qwen3-235b-a22b": "qwen3", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+		"deepseek-reasoner": "deepseek-v3", "gpt-4o-mini": "o200k_base", "o3-mini": "o200k_base", "gpt-4-turbo": "cl100k_base",
+		"llama-3-8b": "", "my-model": "",
+	}
+	for model, want := range cases {
+		s, ok := SpecFor(model, nil)
+		if got := s.Tokenizer; got != want || ok != (want != "") {
+			t.Errorf("SpecFor(%q) = %q %v, want %q", model, got, ok, want)
+		}
+	}
+	if s, _ := SpecFor("Qwen/Qwen3-8B", map[string]tokenizer.Spec{"Qwen/Qwen3-8B": {Tokenizer: "deepseek-v3"}}); s.Tokenizer != "deepseek-v3" {
+		t.Errorf("configured spec did not win: %v", s)
+	}
+}
