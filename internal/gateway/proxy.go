@@ -39,15 +39,15 @@ var endpointPath = map[string]string{
 // exchange is one logical request's trip through the gateway; attempt is
 // called once per upstream tried.
 type exchange struct {
-	g        *Gateway
-	w        http.ResponseWriter
-	r        *http.Request
+	g          *Gateway
+	w          http.ResponseWriter
+	r          *http.Request
 	body       []byte // as sent upstream
 	clientBody []byte // as the client sent it
 	ct         *tokenizer.Counter
 	injected   bool // include_usage added by the gateway: strip the usage chunk
-	trace    traceContext
-	since    func() time.Duration
+	trace      traceContext
+	since      func() time.Duration
 }
 
 // watchdog enforces the first-token and idle timeouts with one timer
