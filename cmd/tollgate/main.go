@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	_ "time/tzdata" // store.timezone and quota days work on hosts without tzdata
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 )

@@ -16,13 +16,53 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/web"
 )
+
+// newLimiter builds the in-process quota limiter, or nil when no quota is
+// configured. Today's usage per scope is read from the ledger's rollups the
+// first time a scope is seen each day, so a restart does not reset quotas.
+func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter) (quota.Limiter, error) {
+	q, err := cfg.QuotaConfig()
+	if err != nil {
+		return nil, err
+	}
+	if len(q.Keys)+len(q.Users)+len(q.BizLines) == 0 && q.Default == (quota.Defaults{}) {
+		return nil, nil
+	}
+	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
+	seed := func(ctx context.Context, s quota.Scope, day time.Time) (int64, int64, error) {
+		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), Where: map[store.Dim]string{dims[s.Kind]: s.Name}})
+		if err != nil {
+			return 0, 0, err
+		}
+		var tokens, nanos int64
+		for _, r := range rows {
+			tokens += r.Input + r.Output
+			nanos += r.CostNanos
+		}
+		return tokens, nanos, nil
+	}
+	onEvent := func(e quota.Event) {
+		events.Send(store.Event{
+			At: e.At, Kind: "quota_" + e.Kind, Subject: e.Scope,
+			Message: fmt.Sprintf("%s: %s at %.0f%% (%d of %d)", e.Scope, e.Limit, e.Share*100, e.Used, e.Quota),
+			Data:    fmt.Sprintf(`{"limit":%q,"used":%d,"quota":%d,"share":%g}`, e.Limit, e.Used, e.Quota, e.Share),
+		})
+	}
+	l, err := quota.NewLocal(q, time.Now, seed, onEvent)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
 
 func retention(r config.Retention) store.Retention {
 	return store.Retention{Details: r.Details, Ledger: r.Ledger, Minute: r.Minute, Hour: r.Hour, Day: r.Day, Events: r.Events}
@@ -118,6 +158,27 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- writer.Run(writerCtx) }()
 
+	// Events (quota warnings, tokenizer mismatches) go to the store in
+	// batches, off the request path.
+	events := store.NewEventWriter(st, 4096, log.With("component", "events"))
+	eventsCtx, stopEvents := context.WithCancel(context.Background())
+	eventsDone := make(chan struct{})
+	go func() { events.Run(eventsCtx); close(eventsDone) }()
+	defer func() { stopEvents(); <-eventsDone }()
+
+	// Prices and quotas: rating at the end of each request, admission at
+	// its start.
+	prices, err := cost.NewTable(cfg.CostConfig())
+	if err != nil {
+		stopWriter()
+		return err
+	}
+	limiter, err := newLimiter(cfg, st, events)
+	if err != nil {
+		stopWriter()
+		return err
+	}
+
 	// Gateway: the proxy, its metrics, and the writer as its sink.
 	var models []string
 	for _, u := range cfg.Upstreams {
@@ -129,6 +190,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Metrics:        metrics.New(reg, models, cfg.Metrics.MaxModels),
 		Sink:           func(r *record.Record) { writer.Enqueue(r) },
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Event:          events.Send,
+		Prices:         prices,
+		Limiter:        limiter,
 	})
 	if err != nil {
 		stopWriter()

@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/cost"
+	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 )
 
@@ -30,6 +32,30 @@ type Config struct {
 	Metrics       Metrics                   `yaml:"metrics"`
 	API           API                       `yaml:"api"`
 	Tokenizers    map[string]tokenizer.Spec `yaml:"tokenizers"`
+	// Prices and GPU-hour prices rate every request (see internal/cost).
+	Prices   []cost.Price   `yaml:"prices"`
+	GPUHours []cost.GPUHour `yaml:"gpu_hours"`
+	// Quotas are checked at admission (see internal/quota).
+	Quotas quota.Config `yaml:"quotas"`
+}
+
+// CostConfig is the price table's part of the configuration.
+func (c *Config) CostConfig() cost.Config { return cost.Config{Prices: c.Prices, GPUHours: c.GPUHours} }
+
+// QuotaConfig returns the quotas with key names resolved to key ids and
+// the store's time zone as the default day boundary.
+func (c *Config) QuotaConfig() (quota.Config, error) {
+	ids := map[string]string{}
+	for _, k := range c.Auth.Keys {
+		if k.Name != "" {
+			ids[k.Name] = k.Hash()[:12]
+		}
+	}
+	q := c.Quotas
+	if q.Timezone == "" {
+		q.Timezone = c.Store.Timezone
+	}
+	return q.ResolveKeys("quotas", ids)
 }
 
 // API protects the JSON API (/api/v1/) and, later, the dashboard. Proxy

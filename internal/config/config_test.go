@@ -33,6 +33,9 @@ func TestBadConfigs(t *testing.T) {
 		"list_not_map.bad.yml":            "upstreams: expected a list (line 2)",
 		"bad_yaml.bad.yml":                "yaml: yaml: line 1: did not find expected ',' or ']'",
 		"unknown_in_map.bad.yml":          "tokenizers.Qwen/Qwen3-8B.tokenizr: unknown key (line 3)",
+		"bad_price.bad.yml":               "prices[0].output: must not be negative",
+		"quota_unknown_key.bad.yml":       `quotas.keys.ghost: no auth key named "ghost"`,
+		"quota_typo.bad.yml":              "quotas.users.alice.daily_token: unknown key (line 3)",
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {
@@ -80,6 +83,12 @@ func TestFullConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int{500, 502, 503}, cfg.Retry.OnStatus); diff != "" {
 		t.Errorf("on_status replaced, not merged (-want +got):\n%s", diff)
+	}
+	if len(cfg.Prices) != 2 || cfg.Prices[1].Input.String() != "0.15" || cfg.Quotas.Users["alice"].DailyCost != "50.00" || cfg.API.Tokens[0].Token != "" {
+		t.Errorf("prices/quotas/api not decoded or token kept: %+v %+v %+v", cfg.Prices, cfg.Quotas, cfg.API)
+	}
+	if q, err := cfg.QuotaConfig(); err != nil || q.Keys[HashKey("sk-search-default")[:12]].DailyTokens != 1000000 {
+		t.Errorf("QuotaConfig: %v %+v", err, q.Keys)
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)

@@ -396,6 +396,14 @@ func (c *Config) Validate() error {
 			bad(p+".role", "must be admin or read; got %q", t.Role)
 		}
 	}
+	if err := c.CostConfig().Validate(""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Quotas.Validate("quotas"); err != nil {
+		errs = append(errs, err)
+	} else if _, err := c.QuotaConfig(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, m := range sortedKeys(c.Tokenizers) {
 		if err := c.Tokenizers[m].Validate(); err != nil {
 			bad("tokenizers."+m, "%v", err)

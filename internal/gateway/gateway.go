@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
@@ -42,6 +44,10 @@ type Options struct {
 	// Event receives events worth a person's attention (a tokenizer
 	// mismatch); it must not block. Nil drops them.
 	Event func(store.Event)
+	// Prices rates every request; nil leaves costs at zero.
+	Prices *cost.Table
+	// Limiter enforces quotas at admission; nil means none.
+	Limiter quota.Limiter
 }
 
 // Gateway is the proxy.
@@ -59,6 +65,8 @@ type Gateway struct {
 	checkN   uint32 // tokenizer checks per 10,000 requests
 	counters *counters
 	event    func(store.Event)
+	prices   *cost.Table
+	limiter  quota.Limiter
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -91,6 +99,8 @@ func New(o Options) (*Gateway, error) {
 		sampleN: uint32(o.Config.Sampling.Normal * 10000),
 		checkN:  uint32(o.Config.Sampling.TokenizerCheck * 10000),
 		event:   o.Event,
+		prices:  o.Prices,
+		limiter: o.Limiter,
 		checks:  make(chan tokenCheck, 64),
 		stop:    make(chan struct{}),
 	}
@@ -206,9 +216,13 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 			Message: "The model `" + rec.Model + "` does not exist or no upstream serves it."}, since)
 		return
 	}
+	ct := g.counters.get(rec.Model)
+	adm, ok := g.admit(w, r, rec, ct, body, ident.BizLine, since)
+	if !ok {
+		return
+	}
 	rec.Marks.Admitted = since()
 
-	ct := g.counters.get(rec.Model)
 	upBody := body
 	injected := false
 	if rec.Stream && !rec.IncludeUsage {
@@ -218,7 +232,12 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	}
 
 	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since}
+	if adm != nil {
+		ex.rate = adm.rate
+	}
 	attempts := min(len(cands), g.cfg.Retry.Attempts)
+	var done []*record.Record
+	defer func() { adm.settle(done) }()
 	for i := range attempts {
 		cur := rec
 		if i > 0 {
@@ -227,6 +246,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		cur.Upstream, cur.Engine = cands[i].cfg.Name, cands[i].cfg.Engine
 		retry := ex.attempt(cur, cands[i], i < attempts-1)
 		g.finish(cur)
+		done = append(done, cur)
 		if !retry {
 			g.maybeCheck(cur, ct, body)
 			return
@@ -261,6 +281,12 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 	}
 	rec.Status = e.Status
 	rec.ErrorType = e.Code
+	switch {
+	case e.Status == http.StatusTooManyRequests:
+		rec.ErrorType = record.ErrRateLimited
+	case e.Code == "max_input_tokens_exceeded":
+		rec.ErrorType = record.ErrInputTooLong
+	}
 	switch e.Code {
 	case "invalid_api_key":
 		rec.ErrorType = record.ErrAuth
@@ -278,6 +304,7 @@ func (g *Gateway) finish(rec *record.Record) {
 		rec.Usage.Source = record.SourceNone
 	}
 	rec.Finish()
+	g.rate(rec)
 	rec.Sampled = !rec.OK() || rec.Derived.E2E >= g.cfg.Sampling.Slow || g.sampleHit(rec.RequestID)
 	if !rec.Sampled {
 		rec.Timeline = nil

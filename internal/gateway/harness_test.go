@@ -260,3 +260,9 @@ func (tg *testGateway) waitCounter(t testing.TB, model string) {
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
 }
+
+func newServer(t testing.TB, g *Gateway) string {
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(func() { srv.Close(); g.Close() })
+	return srv.URL
+}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 	"github.com/tollgate-dev/tollgate/internal/usage"
@@ -45,7 +46,8 @@ type exchange struct {
 	body       []byte // as sent upstream
 	clientBody []byte // as the client sent it
 	ct         *tokenizer.Counter
-	injected   bool // include_usage added by the gateway: strip the usage chunk
+	rate       *quota.Rate // the client's remaining quota, sent as x-ratelimit-* headers
+	injected   bool        // include_usage added by the gateway: strip the usage chunk
 	trace      traceContext
 	since      func() time.Duration
 }
@@ -158,6 +160,9 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp *http.Response, wd *watchdog) {
 	w := ex.w
 	copyHeaders(w.Header(), resp.Header)
+	if ex.rate != nil {
+		ex.rate.Write(w.Header())
+	}
 	w.Header().Set("Server-Timing", serverTiming(rec, false))
 	w.WriteHeader(resp.StatusCode)
 	rec.Status = resp.StatusCode
@@ -345,6 +350,9 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 	}
 	h := ex.w.Header()
 	copyHeaders(h, resp.Header)
+	if ex.rate != nil {
+		ex.rate.Write(h)
+	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Server-Timing", serverTiming(rec, true))
 	ex.w.WriteHeader(resp.StatusCode)

@@ -39,6 +39,7 @@ type Metrics struct {
 	tokens     *prometheus.CounterVec
 	requests   *prometheus.CounterVec
 	inFlight   prometheus.Gauge
+	quotaErrs  prometheus.Counter
 	tokChecks  *prometheus.CounterVec
 	tokMiss    *prometheus.CounterVec
 
@@ -89,6 +90,10 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 			Name: "tollgate_requests_in_flight",
 			Help: "Requests currently being served by the gateway.",
 		}),
+		quotaErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_quota_errors_total",
+			Help: "Quota checks that could not be made (limiter unavailable); those requests were admitted (fail open).",
+		}),
 		tokChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_tokenizer_checks_total",
 			Help: "Sampled comparisons of the engine's prompt_tokens with tollgate's own count (model's tokenizer and chat template).",
@@ -100,7 +105,7 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 		models: newModelSet(known, maxModels),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.tokChecks, m.tokMiss)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.quotaErrs, m.tokChecks, m.tokMiss)
 	}
 	return m
 }
@@ -158,6 +163,9 @@ func (m *Metrics) Observe(r *record.Record) {
 		m.tpot.WithLabelValues(model, up, biz).Observe(seconds(*d.TPOT))
 	}
 }
+
+// QuotaError counts a quota check that could not be made.
+func (m *Metrics) QuotaError() { m.quotaErrs.Inc() }
 
 // TokenizerCheck counts one sampled comparison of prompt counts.
 func (m *Metrics) TokenizerCheck(model string, mismatch bool) {

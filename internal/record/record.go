@@ -33,7 +33,8 @@ const (
 	ErrInvalidRequest    = "invalid_request"     // the client's request was malformed
 	ErrAuth              = "authentication"      // missing or unknown API key
 	ErrNoRoute           = "model_not_found"     // no upstream serves the model
-	ErrRateLimited       = "rate_limited"        // refused at admission
+	ErrRateLimited       = "rate_limited"        // refused at admission: a quota or rate limit
+	ErrInputTooLong      = "input_too_long"      // refused at admission: over max_input_tokens
 	ErrConnect           = "upstream_connect"    // could not connect to the upstream
 	ErrConnectTimeout    = "connect_timeout"     // connecting took longer than allowed
 	ErrFirstTokenTimeout = "first_token_timeout" // no first byte/token in time

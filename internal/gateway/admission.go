@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/tokenizer"
+)
+
+// Admission checks a request against the quotas before it costs anything:
+// its tokens are estimated (the model's tokenizer when loaded, else the
+// prompt's size in bytes over four), reserved in every scope it belongs
+// to, and the reservation is replaced by the real usage when it ends.
+
+// admission is one logical request's quota reservation.
+type admission struct {
+	ticket quota.Ticket
+	rate   *quota.Rate
+}
+
+// estimate is the admission estimate of a request's tokens and cost.
+func (g *Gateway) estimate(rec *record.Record, ct *tokenizer.Counter, body []byte) (in, out, costNanos int64) {
+	in = rec.PromptBytes / 4
+	if ct != nil {
+		if n, ok := promptTokens(ct, rec.Endpoint, body); ok {
+			in = n
+		}
+	}
+	if rec.MaxTokens != nil && *rec.MaxTokens > 0 {
+		out = *rec.MaxTokens
+	}
+	if g.prices != nil {
+		if c, ok := g.prices.Rate(record.Usage{InputTokens: in, OutputTokens: out}, rec.Model, "", rec.Arrival); ok {
+			costNanos = c.Nanos
+		}
+	}
+	return in, out, costNanos
+}
+
+// admit reserves the request's estimate. It returns nil, true when there
+// are no quotas; false when the request was refused (and answered).
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Record, ct *tokenizer.Counter, body []byte, keyBiz string, since func() time.Duration) (*admission, bool) {
+	if g.limiter == nil {
+		return nil, true
+	}
+	in, out, c := g.estimate(rec, ct, body)
+	// A key's own business line is trusted for quotas; a header is not,
+	// or a client could step around its line's quota by changing it. With
+	// no keys configured there is nothing to trust, so the header counts.
+	biz := keyBiz
+	if g.auth.open {
+		biz = rec.BizLine
+	}
+	d, ticket, err := g.limiter.Admit(r.Context(), quota.Request{
+		Subject:        quota.Subject{KeyID: rec.KeyID, UserID: rec.UserID, BizLine: biz},
+		EstInputTokens: in, EstOutputTokens: out, EstCostNanos: c,
+	})
+	if err != nil {
+		// The limiter could not decide (its store is down): serve the
+		// request and say so; quotas fail open by default.
+		g.metrics.QuotaError()
+		g.log.Warn("quota check failed; admitting the request", "err", err, "user", rec.UserID)
+		return nil, true
+	}
+	if !d.Allowed {
+		for k, v := range d.Headers {
+			w.Header()[k] = v
+		}
+		g.reject(w, rec, &apiError{Status: d.Status, Type: d.Type, Code: d.Code, Message: d.Message}, since)
+		return nil, false
+	}
+	return &admission{ticket: ticket, rate: &d.Rate}, true
+}
+
+// settle replaces the reservation with what the request really used,
+// summed over its attempts; a request that never reached an engine
+// releases it.
+func (a *admission) settle(recs []*record.Record) {
+	if a == nil || a.ticket == nil {
+		return
+	}
+	var tokens, nanos int64
+	reached := false
+	for _, r := range recs {
+		tokens += r.Usage.Total()
+		nanos += r.Cost.Nanos
+		reached = reached || r.UpstreamStatus != 0
+	}
+	if !reached && tokens == 0 {
+		a.ticket.Cancel()
+		return
+	}
+	a.ticket.Commit(tokens, nanos)
+}
+
+// rate fills the Record's cost from the price table in force at arrival.
+func (g *Gateway) rate(rec *record.Record) {
+	if g.prices == nil || rec.CacheHit {
+		return
+	}
+	if c, ok := g.prices.RateRecord(rec); ok {
+		rec.Cost = record.Cost{Nanos: c.Nanos, Currency: c.Currency, PriceVersion: c.PriceVersion}
+	}
+}
