@@ -34,6 +34,10 @@ Usage:
                     list recent requests; "requests show ID" prints one health report
   tollgate report   KIND [--from DATE] [--to DATE] [--format table|json|csv]
                     cost reports: users, biz, models, templates, top, length, waste
+  tollgate rerate   --config FILE --from DATE --to DATE
+                    re-rate history after a price change (and allocate GPU-hour prices)
+  tollgate reconcile --bill FILE [--bill-format openai|generic --map ...]
+                    compare a provider's usage export with the ledger, and explain the differences
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -73,6 +77,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRequests(ctx, rest, stdout, stderr)
 	case "report":
 		return runReport(ctx, rest, stdout, stderr)
+	case "rerate":
+		return runRerate(ctx, rest, stdout, stderr)
+	case "reconcile":
+		return runReconcile(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
 		return nil

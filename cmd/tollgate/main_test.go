@@ -286,3 +286,48 @@ func TestCommandLineErrors(t *testing.T) {
 		t.Errorf("version: %q %v", out, err)
 	}
 }
+
+func TestRerateAndReconcileCLI(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "b.db")
+	st, err := sqlite.Open(context.Background(), db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := storetest.Records(0, 4) // 2025-03-14, models model-0 and model-1
+	if err := st.Insert(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	cfg := filepath.Join(dir, "c.yml")
+	if err := os.WriteFile(cfg, []byte("store: {sqlite: {path: "+db+"}}\nprices:\n  - {model: model-*, currency: USD, input: 1, output: 2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(t, "rerate", "--config", cfg, "--from", "2025-03-01", "--to", "2025-04-01")
+	if err != nil || !strings.Contains(out, "re-rated 4 requests") {
+		t.Fatalf("rerate: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, "report", "users", "--db", db, "--from", "2025-03-01", "--to", "2025-04-01", "--format", "csv")
+	if err != nil || strings.Contains(out, ",0,USD") || !strings.Contains(out, "USD") {
+		t.Errorf("costs after rerate (err %v):\n%s", err, out)
+	}
+	bill := filepath.Join(dir, "bill.csv")
+	if err := os.WriteFile(bill, []byte("day,model,input,output\n2025-03-14,model-0-2025-01-01,1,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCmd(t, "reconcile", "--bill", bill, "--bill-format", "generic", "--map", "day=day,model=model,input=input,output=output", "--db", db, "--json")
+	var rep struct {
+		Lines []struct {
+			Model string `json:"model"`
+			Side  string `json:"side"`
+		} `json:"lines"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Lines) != 2 {
+		t.Errorf("reconcile (err %v):\n%s", err, out)
+	}
+	for _, args := range [][]string{{"rerate"}, {"reconcile"}, {"reconcile", "--bill", bill, "--bill-format", "generic", "--db", db}} {
+		if _, _, err := runCmd(t, args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

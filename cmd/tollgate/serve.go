@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
@@ -62,6 +63,34 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 		return nil, err
 	}
 	return l, nil
+}
+
+// allocateGPU spreads each closed hour's GPU cost over its requests, a
+// few minutes after the hour (records of the hour have reached the store
+// by then); at start it catches up on the last day. Idempotent.
+func allocateGPU(ctx context.Context, l billing.Ledger, tbl *cost.Table, log *slog.Logger) {
+	from := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		to := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Hour)
+		if to.After(from) {
+			n, err := billing.AllocateGPUHours(ctx, l, tbl, from, to)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("GPU-hour allocation failed", "err", err)
+			} else {
+				log.Debug("GPU-hour allocation", "from", from, "to", to, "changed", n)
+				from = to
+			}
+		}
+		next := time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute)
+		t.Reset(time.Until(next))
+	}
 }
 
 func retention(r config.Retention) store.Retention {
@@ -215,6 +244,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
 	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+	if len(cfg.GPUHours) > 0 {
+		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
+	}
 
 	var inflight sync.WaitGroup
 	mux := http.NewServeMux()

@@ -38,6 +38,10 @@ type ReportQuery struct {
 	From, To time.Time
 	GroupBy  []Dim
 	Where    map[Dim]string
+	// Zone overrides the report time zone for day and month groups (for
+	// example UTC days to match a provider's bill); hour rollups are then
+	// folded in it.
+	Zone *time.Location
 }
 
 // Totals are the sums a rollup keeps. Every request counts, failed and
@@ -67,6 +71,14 @@ type Totals struct {
 	TTFTSumNS       int64
 	TTFTCount       int64
 	PromptBytes     int64
+	Reached         int64 // attempts that reached an engine (it answered something)
+	// For cut streams (usage never arrived): Σ max_tokens of those that
+	// set it (the most the engine can have generated), how many did not,
+	// and an input estimate (prompt bytes / 4) for those counted from
+	// chunks, whose input is unknown.
+	CutOutputLimit int64
+	CutUnlimited   int64
+	CutInputEst    int64
 }
 
 // Add adds o to t.
@@ -92,6 +104,10 @@ func (t *Totals) Add(o Totals) {
 	t.TTFTSumNS += o.TTFTSumNS
 	t.TTFTCount += o.TTFTCount
 	t.PromptBytes += o.PromptBytes
+	t.Reached += o.Reached
+	t.CutOutputLimit += o.CutOutputLimit
+	t.CutUnlimited += o.CutUnlimited
+	t.CutInputEst += o.CutInputEst
 }
 
 // TotalsOf is what one Record adds to its rollups.
@@ -104,6 +120,9 @@ func TotalsOf(r *record.Record) Totals {
 	}
 	if r.ErrorType != "" {
 		t.Errors = 1
+	}
+	if r.UpstreamStatus != 0 {
+		t.Reached = 1
 	}
 	if r.ClientDisconnect {
 		t.Disconnects = 1
@@ -128,6 +147,14 @@ func TotalsOf(r *record.Record) Totals {
 	}
 	if u.Source != record.SourceEngine && u.OutputTokens > 0 {
 		t.CutStreams, t.CutOutput = 1, u.OutputTokens
+		if r.MaxTokens != nil && *r.MaxTokens > 0 {
+			t.CutOutputLimit = *r.MaxTokens
+		} else {
+			t.CutUnlimited = 1
+		}
+		if u.InputTokens == 0 {
+			t.CutInputEst = r.PromptBytes / 4
+		}
 	}
 	if r.Derived.TTFT != nil {
 		t.TTFTSumNS, t.TTFTCount = int64(*r.Derived.TTFT), 1

@@ -39,7 +39,16 @@ var measures = []struct {
 	{"ttft_sum_ns", func(t *store.Totals) *int64 { return &t.TTFTSumNS }},
 	{"ttft_count", func(t *store.Totals) *int64 { return &t.TTFTCount }},
 	{"prompt_bytes", func(t *store.Totals) *int64 { return &t.PromptBytes }},
+	// Added by migration 3.
+	{"reached", func(t *store.Totals) *int64 { return &t.Reached }},
+	{"cut_output_limit", func(t *store.Totals) *int64 { return &t.CutOutputLimit }},
+	{"cut_unlimited", func(t *store.Totals) *int64 { return &t.CutUnlimited }},
+	{"cut_input_est", func(t *store.Totals) *int64 { return &t.CutInputEst }},
 }
+
+// v2Measures is how many measures migration 2 created: its DDL is frozen
+// at that list, later measures are added by later migrations.
+const v2Measures = 21
 
 // rollupTable describes one rollup: its bucket and the dimensions kept.
 type rollupTable struct {
@@ -60,13 +69,13 @@ var (
 	rollupTables = []rollupTable{rollupHour, rollupDay, rollupMinute, promptDay}
 )
 
-func (t rollupTable) ddl() string {
+func (t rollupTable) ddl(ms int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "CREATE TABLE %s (\n\tbucket %s NOT NULL,\n", t.name, t.bucket)
 	for _, d := range t.dims {
 		fmt.Fprintf(&b, "\t%s TEXT NOT NULL,\n", d)
 	}
-	for _, m := range measures {
+	for _, m := range measures[:ms] {
 		fmt.Fprintf(&b, "\t%s INTEGER NOT NULL DEFAULT 0,\n", m.name)
 	}
 	fmt.Fprintf(&b, "\tPRIMARY KEY (bucket, %s)\n) STRICT, WITHOUT ROWID;\n", strings.Join(t.dims, ", "))
@@ -104,7 +113,20 @@ var migration2 = func() string {
 	CREATE INDEX events_kind ON events (kind, at);
 	`)
 	for _, t := range rollupTables {
-		b.WriteString(t.ddl())
+		b.WriteString(t.ddl(v2Measures))
+	}
+	return b.String()
+}()
+
+// migration3 adds the measures reconciliation needs: attempts that
+// reached an engine, and the limits and input estimates of cut streams. Rollup rows written before it read 0, so
+// reconciling periods from before the upgrade under-counts requests.
+var migration3 = func() string {
+	var b strings.Builder
+	for _, t := range rollupTables {
+		for _, m := range measures[v2Measures:] {
+			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.name)
+		}
 	}
 	return b.String()
 }()
@@ -211,7 +233,11 @@ func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.Report
 			return nil, fmt.Errorf("report: cannot filter on %q", d)
 		}
 	}
-	useDay := !slices.Contains(q.GroupBy, store.DimHour) && s.onDay(q.From) && s.onDay(q.To)
+	loc := s.loc
+	if q.Zone != nil {
+		loc = q.Zone
+	}
+	useDay := loc.String() == s.loc.String() && !slices.Contains(q.GroupBy, store.DimHour) && s.onDay(q.From) && s.onDay(q.To)
 	var (
 		sel, group []string
 		where      []string
@@ -287,7 +313,7 @@ func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.Report
 		}
 		row.Keys = make([]string, len(q.GroupBy))
 		for i, d := range q.GroupBy {
-			row.Keys[i] = s.keyString(d, raw[i], useDay)
+			row.Keys[i] = keyString(d, raw[i], useDay, loc)
 		}
 		if useDay {
 			out = append(out, row)
@@ -320,7 +346,7 @@ func (s *Store) bucketOf(t time.Time, day bool) any {
 	return t.UTC().Truncate(time.Hour).Unix()
 }
 
-func (s *Store) keyString(d store.Dim, v any, useDay bool) string {
+func keyString(d store.Dim, v any, useDay bool, loc *time.Location) string {
 	switch x := v.(type) {
 	case string:
 		return x
@@ -333,9 +359,9 @@ func (s *Store) keyString(d store.Dim, v any, useDay bool) string {
 		case store.DimHour:
 			return t.UTC().Format(time.RFC3339)
 		case store.DimDay:
-			return t.In(s.loc).Format(time.DateOnly)
+			return t.In(loc).Format(time.DateOnly)
 		case store.DimMonth:
-			return t.In(s.loc).Format("2006-01")
+			return t.In(loc).Format("2006-01")
 		}
 		return fmt.Sprint(x)
 	case []byte:

@@ -103,6 +103,8 @@ var migrations = []string{
 
 	// 2: cost, rollups, prompt statistics and events (see rollup.go).
 	migration2,
+	// 3: the rollups' "reached" measure.
+	migration3,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
