@@ -37,6 +37,20 @@ type Config struct {
 	GPUHours []cost.GPUHour `yaml:"gpu_hours"`
 	// Quotas are checked at admission (see internal/quota).
 	Quotas quota.Config `yaml:"quotas"`
+	// ResponseCache answers exact repeats without the engine; off by default.
+	ResponseCache ResponseCache `yaml:"response_cache"`
+}
+
+// ResponseCache is the optional exact-match cache of non-streamed answers.
+// It holds completion text in memory while enabled, so it is off unless
+// asked for.
+type ResponseCache struct {
+	Enabled  bool          `yaml:"enabled"`
+	TTL      time.Duration `yaml:"ttl"`
+	MaxBytes int64         `yaml:"max_bytes"`
+	// Scope "key" (default) answers a repeat only to the same API key;
+	// "global" shares answers between keys.
+	Scope string `yaml:"scope"`
 }
 
 // CostConfig is the price table's part of the configuration.
@@ -220,9 +234,10 @@ func Default() *Config {
 			Tags:      "X-Tollgate-Tags",
 			RequestID: "X-Request-Id",
 		},
-		Limits:   Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
-		Sampling: Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
-		Metrics:  Metrics{MaxModels: 64},
+		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
+		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
+		Metrics:       Metrics{MaxModels: 64},
+		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},
 	}
 }
 

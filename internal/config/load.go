@@ -396,6 +396,17 @@ func (c *Config) Validate() error {
 			bad(p+".role", "must be admin or read; got %q", t.Role)
 		}
 	}
+	if rc := c.ResponseCache; rc.Enabled {
+		if rc.TTL <= 0 {
+			bad("response_cache.ttl", "must be positive")
+		}
+		if rc.MaxBytes < 1<<20 {
+			bad("response_cache.max_bytes", "must be at least 1048576 (1 MiB)")
+		}
+	}
+	if s := c.ResponseCache.Scope; s != "key" && s != "global" {
+		bad("response_cache.scope", "must be key or global; got %q", s)
+	}
 	if err := c.CostConfig().Validate(""); err != nil {
 		errs = append(errs, err)
 	}

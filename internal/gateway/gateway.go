@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
 // Options wire a Gateway.
@@ -67,6 +68,7 @@ type Gateway struct {
 	event    func(store.Event)
 	prices   *cost.Table
 	limiter  quota.Limiter
+	cache    *responseCache  // nil when disabled
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -103,6 +105,9 @@ func New(o Options) (*Gateway, error) {
 		limiter: o.Limiter,
 		checks:  make(chan tokenCheck, 64),
 		stop:    make(chan struct{}),
+	}
+	if rc := o.Config.ResponseCache; rc.Enabled {
+		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
 	g.counters = newCounters(o.Config.Tokenizers, o.Log)
 	g.counters.preload()
@@ -216,6 +221,18 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 			Message: "The model `" + rec.Model + "` does not exist or no upstream serves it."}, since)
 		return
 	}
+	var ck [32]byte
+	if g.cache != nil && !rec.Stream {
+		scope := rec.KeyID
+		if g.cfg.ResponseCache.Scope == "global" {
+			scope = ""
+		}
+		ck = cacheKey(scope, endpoint, body)
+		if e, hit := g.cache.get(ck); hit {
+			g.answerFromCache(w, rec, e, since)
+			return
+		}
+	}
 	ct := g.counters.get(rec.Model)
 	adm, ok := g.admit(w, r, rec, ct, body, ident.BizLine, since)
 	if !ok {
@@ -231,7 +248,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since}
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since, cacheKey: ck}
 	if adm != nil {
 		ex.rate = adm.rate
 	}
@@ -252,6 +269,29 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 			return
 		}
 	}
+}
+
+// answerFromCache serves an exact repeat: no engine, no tokens, no cost.
+func (g *Gateway) answerFromCache(w http.ResponseWriter, rec *record.Record, e *cacheEntry, since func() time.Duration) {
+	rec.Marks.Admitted = since()
+	rec.CacheHit, rec.Upstream, rec.ServedModel = true, "cache", rec.Model
+	h := w.Header()
+	h.Set("Content-Type", e.ctype)
+	h.Set("Content-Length", strconv.Itoa(len(e.body)))
+	h.Set("X-Tollgate-Cache", "hit")
+	w.WriteHeader(http.StatusOK)
+	n, err := w.Write(e.body)
+	rec.ResponseBytes = int64(n)
+	if pr, perr := usage.ParseResponse(e.body); perr == nil {
+		rec.FinishReason = pr.FinishReason
+	}
+	at := since()
+	rec.Marks.FirstClientToken, rec.Marks.LastToken, rec.Marks.End = at, at, at
+	rec.Status, rec.Usage.Source = http.StatusOK, record.SourceNone
+	if err != nil {
+		rec.Status, rec.ErrorType, rec.ClientDisconnect = record.StatusClientClosed, record.ErrClientDisconnect, true
+	}
+	g.finish(rec)
 }
 
 // retryRecord starts the Record of attempt i+1 from the first attempt's

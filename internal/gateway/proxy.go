@@ -48,6 +48,7 @@ type exchange struct {
 	ct         *tokenizer.Counter
 	rate       *quota.Rate // the client's remaining quota, sent as x-ratelimit-* headers
 	injected   bool        // include_usage added by the gateway: strip the usage chunk
+	cacheKey   [32]byte    // response cache key; zero when not cacheable
 	trace      traceContext
 	since      func() time.Duration
 }
@@ -371,6 +372,9 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		at := ex.since()
 		rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
 		ex.record(rec, resp.StatusCode, record.ErrNone, "")
+		if c := ex.g.cache; c != nil && ex.cacheKey != ([32]byte{}) && resp.StatusCode == http.StatusOK {
+			c.put(ex.cacheKey, body, resp.Header.Get("Content-Type"))
+		}
 	}
 }
 
