@@ -118,6 +118,15 @@ func checkInvariants(t *testing.T, r *record.Record) {
 		}
 	}
 	m := r.Marks
+	// Segments sum to E2E (the issue allows 1 %; by construction it is exact).
+	if seg := d.Segments; seg.Sum() != d.E2E {
+		t.Errorf("segments sum to %v, E2E %v: %+v", seg.Sum(), d.E2E, seg)
+	}
+	for _, n := range record.SegmentNames {
+		if d.Segments.Get(n) < 0 {
+			t.Errorf("segment %s negative", n)
+		}
+	}
 	if r.Stream && u.OutputTokens > 0 && m.LastToken > m.FirstClientToken && m.FirstClientToken > 0 {
 		want := float64(u.OutputTokens) / (m.LastToken - m.FirstClientToken).Seconds()
 		if d.DecodeRate == nil || *d.DecodeRate != want {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -126,6 +127,11 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 		setUpstreamAuth(req, ex.r, u)
 	}
 
+	var getConn time.Duration
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GetConn: func(string) { getConn = ex.since() },
+		GotConn: func(httptrace.GotConnInfo) { rec.ConnectWait = ex.since() - getConn },
+	}))
 	rec.Marks.UpstreamSent = ex.since()
 	resp, err := u.client.Do(req)
 	if err != nil {
@@ -178,6 +184,8 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		engErr   string
 		finished bool
 		text     streamText // only with a tokenizer, for usage the engine never sends
+		cwAtLast time.Duration
+		parser   usage.ChunkParser // reuses the model string across chunks
 	)
 	for !clientGone {
 		ev, err := er.Next()
@@ -190,7 +198,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 			if ev.Done() {
 				done = true
 			} else {
-				c, perr := usage.ParseChunk(ev.Data)
+				c, perr := parser.Parse(ev.Data)
 				if perr != nil {
 					upErr = errMalformed
 					break
@@ -225,10 +233,18 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					}
 					rec.ContentBytes += int64(c.Content)
 					tl.written++
+					rec.Marks.LastUpstreamToken = ex.since()
+					cwAtLast = rec.ClientWrite
+				}
+				if et := engineFromBody(ev.Data); et != nil {
+					rec.EngineTiming = et
 				}
 			}
 		}
 		wd.progress()
+		// Time blocked on the client is measured around each write and
+		// flush: it is the client_write segment, not the engine's decode.
+		w0 := ex.since()
 		n, werr := w.Write(out)
 		rec.ResponseBytes += int64(n)
 		if werr != nil {
@@ -242,7 +258,11 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 				clientGone = true
 				break
 			}
-			tl.flushed(rec, ex.since())
+			at := ex.since()
+			rec.ClientWrite += at - w0
+			tl.flushed(rec, at)
+		} else {
+			rec.ClientWrite += ex.since() - w0
 		}
 		if done {
 			// Let the connection be reused: read the (normally empty) rest.
@@ -255,6 +275,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 	}
 	tl.close(rec)
 	rec.ContentChunks = tl.written
+	rec.ClientWriteTail = rec.ClientWrite - cwAtLast
 	if rec.Usage.Source == "" && tl.written > 0 {
 		// The engine never reported usage (stream cut, or an engine that
 		// does not): count what was streamed with the model's tokenizer,
@@ -342,6 +363,11 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 			return
 		}
 		rec.ServedModel, rec.FinishReason = pr.Model, pr.FinishReason
+		if et := engineFromBody(body); et != nil {
+			rec.EngineTiming = et
+		} else if rec.Engine == "tgi" {
+			rec.EngineTiming = engineFromTGI(resp.Header)
+		}
 		rec.ContentBytes = int64(pr.Content)
 		if pr.Usage != nil {
 			rec.Usage = *pr.Usage
@@ -356,12 +382,18 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Server-Timing", serverTiming(rec, true))
+	w0 := ex.since()
+	if ok {
+		rec.Marks.LastUpstreamToken = w0
+	}
 	ex.w.WriteHeader(resp.StatusCode)
 	n, werr := ex.w.Write(body)
 	rec.ResponseBytes = int64(n)
 	if werr == nil {
 		werr = http.NewResponseController(ex.w).Flush()
 	}
+	rec.ClientWrite = ex.since() - w0
+	rec.ClientWriteTail = rec.ClientWrite
 	switch {
 	case werr != nil:
 		rec.ClientDisconnect = true

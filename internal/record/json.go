@@ -56,10 +56,43 @@ type jsonRecord struct {
 	PrefixCacheHit   bool   `json:"prefix_cache_hit"`
 	Sampled          bool   `json:"sampled"`
 
-	Usage         Usage           `json:"usage"`
-	Cost          jsonCost        `json:"cost"`
-	Timing        jsonTiming      `json:"timing"`
-	TokenTimeline []TimelinePoint `json:"token_timeline,omitempty"`
+	Usage          Usage              `json:"usage"`
+	Cost           jsonCost           `json:"cost"`
+	Segments       map[string]float64 `json:"segments"`
+	SegmentsSource map[string]string  `json:"segments_source,omitempty"`
+	EngineTiming   *jsonEngine        `json:"engine_timing,omitempty"`
+	ConnectWait    float64            `json:"connect_wait_ms,omitempty"`
+	ClientWrite    float64            `json:"client_write_ms,omitempty"`
+	ClientTail     float64            `json:"client_write_tail_ms,omitempty"`
+	Timing         jsonTiming         `json:"timing"`
+	TokenTimeline  []TimelinePoint    `json:"token_timeline,omitempty"`
+}
+
+type jsonEngine struct {
+	Signal           string  `json:"signal"`
+	Queue            float64 `json:"queue_ms,omitempty"`
+	TTFT             float64 `json:"ttft_ms,omitempty"`
+	Prefill          float64 `json:"prefill_ms,omitempty"`
+	Decode           float64 `json:"decode_ms,omitempty"`
+	Inference        float64 `json:"inference_ms,omitempty"`
+	E2E              float64 `json:"e2e_ms,omitempty"`
+	PromptTokens     int64   `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64   `json:"completion_tokens,omitempty"`
+	CachedTokens     int64   `json:"cached_tokens,omitempty"`
+}
+
+func engineJSON(e *EngineTiming) *jsonEngine {
+	if e == nil {
+		return nil
+	}
+	return &jsonEngine{e.Signal, ms(e.Queue), ms(e.TTFT), ms(e.Prefill), ms(e.Decode), ms(e.Inference), ms(e.E2E), e.PromptTokens, e.CompletionTokens, e.CachedTokens}
+}
+
+func (j *jsonEngine) timing() *EngineTiming {
+	if j == nil {
+		return nil
+	}
+	return &EngineTiming{j.Signal, fromMS(j.Queue), fromMS(j.TTFT), fromMS(j.Prefill), fromMS(j.Decode), fromMS(j.Inference), fromMS(j.E2E), j.PromptTokens, j.CompletionTokens, j.CachedTokens}
 }
 
 type jsonCost struct {
@@ -106,6 +139,7 @@ type jsonMarks struct {
 	FirstUpstreamToken *float64 `json:"first_upstream_token,omitempty"`
 	FirstClientToken   *float64 `json:"first_client_token,omitempty"`
 	LastToken          *float64 `json:"last_token,omitempty"`
+	LastUpstreamToken  *float64 `json:"last_upstream_token,omitempty"`
 	End                *float64 `json:"end,omitempty"`
 }
 
@@ -132,6 +166,16 @@ func fromOptMS(f *float64) time.Duration {
 	return fromMS(*f)
 }
 
+// segmentsJSON is every segment in ms, zeros included, so a reader can
+// sum them without knowing which are absent.
+func segmentsJSON(s Segments) map[string]float64 {
+	m := make(map[string]float64, len(SegmentNames))
+	for _, n := range SegmentNames {
+		m[n] = ms(s.Get(n))
+	}
+	return m
+}
+
 // MarshalJSON writes the stable JSON form of the record.
 func (r *Record) MarshalJSON() ([]byte, error) {
 	d := r.Derived
@@ -149,7 +193,9 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
 		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
 		Sampled:        r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
-		Cost: jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
+		Cost:     jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
+		Segments: segmentsJSON(d.Segments), SegmentsSource: d.Segments.Source, EngineTiming: engineJSON(r.EngineTiming),
+		ConnectWait: ms(r.ConnectWait), ClientWrite: ms(r.ClientWrite), ClientTail: ms(r.ClientWriteTail),
 		Timing: jsonTiming{
 			Arrival:      r.Arrival.UTC().Format(time.RFC3339Nano),
 			TTFT:         optDurMS(d.TTFT),
@@ -162,7 +208,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 				AuthDone: optMS(r.Marks.AuthDone), Admitted: optMS(r.Marks.Admitted),
 				UpstreamSent: optMS(r.Marks.UpstreamSent), UpstreamHeaders: optMS(r.Marks.UpstreamHeaders),
 				FirstUpstreamToken: optMS(r.Marks.FirstUpstreamToken), FirstClientToken: optMS(r.Marks.FirstClientToken),
-				LastToken: optMS(r.Marks.LastToken), End: optMS(r.Marks.End),
+				LastToken: optMS(r.Marks.LastToken), LastUpstreamToken: optMS(r.Marks.LastUpstreamToken), End: optMS(r.Marks.End),
 			},
 		},
 	}
@@ -203,7 +249,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),
 			UpstreamSent: fromOptMS(m.UpstreamSent), UpstreamHeaders: fromOptMS(m.UpstreamHeaders),
 			FirstUpstreamToken: fromOptMS(m.FirstUpstreamToken), FirstClientToken: fromOptMS(m.FirstClientToken),
-			LastToken: fromOptMS(m.LastToken), End: fromOptMS(m.End),
+			LastToken: fromOptMS(m.LastToken), LastUpstreamToken: fromOptMS(m.LastUpstreamToken), End: fromOptMS(m.End),
 		},
 	}
 	r.Finish()

@@ -86,7 +86,44 @@ type Marks struct {
 	FirstUpstreamToken time.Duration // first content token read from the upstream
 	FirstClientToken   time.Duration // first content token flushed to the client
 	LastToken          time.Duration // last content token flushed to the client
+	LastUpstreamToken  time.Duration // last content token read from the upstream
 	End                time.Duration // response finished (or abandoned)
+}
+
+// Segments split a request's E2E into where the time went (seed 000 §4.1,
+// seed 001 §4.1). They sum to E2E; what no signal explains is
+// Unattributed, never hidden. See docs/metrics.md for each definition.
+type Segments struct {
+	Connect        time.Duration // getting a connection to the upstream, and network time the engine did not see
+	GatewayQueue   time.Duration // arrival → request handed to the upstream: auth, reading the body, admission
+	EngineQueue    time.Duration // waiting in the engine's scheduler
+	Prefill        time.Duration // processing the prompt
+	Decode         time.Duration // generating tokens after the first
+	PostProcessing time.Duration // after the last token until the response ended, less client writes
+	ClientWrite    time.Duration // blocked writing to a slow client
+	Unattributed   time.Duration
+	// Source says, per segment, where it came from: "engine:<signal>",
+	// "gateway" (measured here) or "inferred:<how>".
+	Source map[string]string
+}
+
+// Sum is the total of the segments.
+func (s Segments) Sum() time.Duration {
+	return s.Connect + s.GatewayQueue + s.EngineQueue + s.Prefill + s.Decode + s.PostProcessing + s.ClientWrite + s.Unattributed
+}
+
+// EngineTiming is what an engine reported about one request, in its own
+// words: a vLLM span, vLLM's per-request metrics, llama.cpp's timings, TGI's
+// headers. Zero means not reported.
+type EngineTiming struct {
+	Signal                                       string        // e.g. vllm-span, vllm-metrics, llamacpp-timings, tgi-headers
+	Queue                                        time.Duration // time in the engine's queue
+	TTFT                                         time.Duration // engine-side TTFT (from arrival at the engine)
+	Prefill                                      time.Duration
+	Decode                                       time.Duration
+	Inference                                    time.Duration // prefill + decode, when only that is known
+	E2E                                          time.Duration // engine-side end to end
+	PromptTokens, CompletionTokens, CachedTokens int64
 }
 
 // TimelinePoint is one sampled point of the token timeline: the index of a
@@ -173,6 +210,15 @@ type Record struct {
 	FirstChunkBytes int
 	ContentBytes    int64
 
+	// ConnectWait is the time to get a connection (dial, TLS, or a free
+	// pooled connection); ClientWrite the time blocked writing to the client.
+	ConnectWait     time.Duration
+	ClientWrite     time.Duration
+	ClientWriteTail time.Duration // the part of ClientWrite after the last upstream token
+
+	// EngineTiming is what the engine said about its own timing, if anything.
+	EngineTiming *EngineTiming
+
 	// Derived by Finish.
 	Derived Derived
 }
@@ -188,6 +234,7 @@ type Derived struct {
 	TPOT             *time.Duration // (E2E − TTFT)/(output − 1), output > 1
 	DecodeRate       *float64       // output / (last − first token), tokens/s
 	FirstPacketMerge bool           // the first chunk carried several tokens
+	Segments         Segments       // E2E split by where the time went
 }
 
 // Finish computes the derived figures. Call it once, after the last mark.
@@ -222,6 +269,7 @@ func (r *Record) Finish() {
 		avg := float64(r.ContentBytes) / float64(n)
 		d.FirstPacketMerge = float64(r.FirstChunkBytes) >= 2*avg && r.FirstChunkBytes > 1
 	}
+	d.Segments = r.segments()
 	r.Derived = d
 }
 

@@ -79,6 +79,8 @@ type Totals struct {
 	CutOutputLimit int64
 	CutUnlimited   int64
 	CutInputEst    int64
+	// SegmentNS sums each latency segment, in record.SegmentNames order.
+	SegmentNS [8]int64
 }
 
 // Add adds o to t.
@@ -108,6 +110,9 @@ func (t *Totals) Add(o Totals) {
 	t.CutOutputLimit += o.CutOutputLimit
 	t.CutUnlimited += o.CutUnlimited
 	t.CutInputEst += o.CutInputEst
+	for i := range t.SegmentNS {
+		t.SegmentNS[i] += o.SegmentNS[i]
+	}
 }
 
 // TotalsOf is what one Record adds to its rollups.
@@ -158,6 +163,9 @@ func TotalsOf(r *record.Record) Totals {
 	}
 	if r.Derived.TTFT != nil {
 		t.TTFTSumNS, t.TTFTCount = int64(*r.Derived.TTFT), 1
+	}
+	for i, n := range record.SegmentNames {
+		t.SegmentNS[i] = int64(r.Derived.Segments.Get(n))
 	}
 	return t
 }

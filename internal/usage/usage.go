@@ -130,8 +130,10 @@ type toolCallDelta struct {
 	} `json:"function"`
 }
 
-// ParseChunk reads the data of one SSE event (without "data: ").
-func ParseChunk(data []byte) (Chunk, error) {
+// parseChunkSlow is the reference reading of a chunk, with encoding/json:
+// ParseChunk answers exactly as it does (see chunk.go), and falls back to
+// it for any input its own scan is not sure of.
+func parseChunkSlow(data []byte) (Chunk, error) {
 	var w chunkWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Chunk{}, fmt.Errorf("stream chunk: %w", err)

@@ -144,6 +144,17 @@ func TestEventReaderCutAndLimit(t *testing.T) {
 	if !errors.Is(err, ErrEventTooLarge) {
 		t.Errorf("oversized event: err %v, want ErrEventTooLarge", err)
 	}
+	// Lines longer than the reader's buffer are gathered whole.
+	long := "data: {\"x\":\"" + strings.Repeat("y", 50<<10) + "\"}\r\n"
+	in := ": c\n" + long + long + "\r\ndata: [DONE]\n\n"
+	er := NewEventReader(strings.NewReader(in), 1<<20)
+	ev, err := er.Next()
+	if err != nil || string(ev.Raw) != ": c\n"+long+long+"\r\n" || string(ev.Data) != in[10:len(long)+2]+"\n"+in[10:len(long)+2] {
+		t.Errorf("long lines: err %v, raw %d bytes, data %d bytes", err, len(ev.Raw), len(ev.Data))
+	}
+	if ev, err := er.Next(); err != nil || !ev.Done() {
+		t.Errorf("after long lines: %q, %v", ev.Data, err)
+	}
 }
 
 func seedCorpus(f *testing.F) {

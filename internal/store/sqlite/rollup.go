@@ -44,7 +44,19 @@ var measures = []struct {
 	{"cut_output_limit", func(t *store.Totals) *int64 { return &t.CutOutputLimit }},
 	{"cut_unlimited", func(t *store.Totals) *int64 { return &t.CutUnlimited }},
 	{"cut_input_est", func(t *store.Totals) *int64 { return &t.CutInputEst }},
+	// Added by migration 4: latency segments, in record.SegmentNames order.
+	{"seg_gateway_queue_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[0] }},
+	{"seg_connect_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[1] }},
+	{"seg_engine_queue_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[2] }},
+	{"seg_prefill_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[3] }},
+	{"seg_decode_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[4] }},
+	{"seg_client_write_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[5] }},
+	{"seg_post_processing_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[6] }},
+	{"seg_unattributed_ns", func(t *store.Totals) *int64 { return &t.SegmentNS[7] }},
 }
+
+// v3Measures is how many measures existed after migration 3.
+const v3Measures = 25
 
 // v2Measures is how many measures migration 2 created: its DDL is frozen
 // at that list, later measures are added by later migrations.
@@ -118,13 +130,35 @@ var migration2 = func() string {
 	return b.String()
 }()
 
+// migration4 adds the latency segments to the ledger (raw inputs, the
+// engine's own timing, and derived columns for queries) and their sums to
+// the rollups.
+var migration4 = func() string {
+	var b strings.Builder
+	b.WriteString(`ALTER TABLE requests ADD COLUMN last_upstream_token_ns INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN connect_wait_ns INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN client_write_ns INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN client_write_tail_ns INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN engine_timing TEXT;
+	`)
+	for _, n := range record.SegmentNames {
+		fmt.Fprintf(&b, "ALTER TABLE requests ADD COLUMN seg_%s_ns INTEGER NOT NULL DEFAULT 0;\n", n)
+	}
+	for _, t := range rollupTables {
+		for _, m := range measures[v3Measures:] {
+			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.name)
+		}
+	}
+	return b.String()
+}()
+
 // migration3 adds the measures reconciliation needs: attempts that
 // reached an engine, and the limits and input estimates of cut streams. Rollup rows written before it read 0, so
 // reconciling periods from before the upgrade under-counts requests.
 var migration3 = func() string {
 	var b strings.Builder
 	for _, t := range rollupTables {
-		for _, m := range measures[v2Measures:] {
+		for _, m := range measures[v2Measures:v3Measures] {
 			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.name)
 		}
 	}

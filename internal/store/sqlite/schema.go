@@ -103,8 +103,10 @@ var migrations = []string{
 
 	// 2: cost, rollups, prompt statistics and events (see rollup.go).
 	migration2,
-	// 3: the rollups' "reached" measure.
+	// 3: the rollups' reconciliation measures.
 	migration3,
+	// 4: latency segments.
+	migration4,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -165,6 +167,7 @@ type column struct {
 type scratch struct {
 	arrival sql.NullInt64
 	tags    sql.NullString
+	engine  sql.NullString
 }
 
 func (s *scratch) apply(r *record.Record) error {
@@ -174,6 +177,12 @@ func (s *scratch) apply(r *record.Record) error {
 	if s.tags.Valid {
 		if err := json.Unmarshal([]byte(s.tags.String), &r.Tags); err != nil {
 			return fmt.Errorf("decode tags of %q: %w", r.RequestID, err)
+		}
+	}
+	if s.engine.Valid {
+		r.EngineTiming = &record.EngineTiming{}
+		if err := json.Unmarshal([]byte(s.engine.String), r.EngineTiming); err != nil {
+			return fmt.Errorf("decode engine timing of %q: %w", r.RequestID, err)
 		}
 	}
 	return nil
@@ -242,9 +251,36 @@ var ledger = []column{
 	{"price_version", func(r *record.Record) any { return r.Cost.PriceVersion }, func(r *record.Record, _ *scratch) any { return &r.Cost.PriceVersion }},
 	{"cache_hit", func(r *record.Record) any { return r.CacheHit }, func(r *record.Record, _ *scratch) any { return &r.CacheHit }},
 
+	{"last_upstream_token_ns", func(r *record.Record) any { return int64(r.Marks.LastUpstreamToken) }, func(r *record.Record, _ *scratch) any { return &r.Marks.LastUpstreamToken }},
+	{"connect_wait_ns", func(r *record.Record) any { return int64(r.ConnectWait) }, func(r *record.Record, _ *scratch) any { return &r.ConnectWait }},
+	{"client_write_ns", func(r *record.Record) any { return int64(r.ClientWrite) }, func(r *record.Record, _ *scratch) any { return &r.ClientWrite }},
+	{"client_write_tail_ns", func(r *record.Record) any { return int64(r.ClientWriteTail) }, func(r *record.Record, _ *scratch) any { return &r.ClientWriteTail }},
+	{"engine_timing", func(r *record.Record) any { return engineJSON(r.EngineTiming) }, func(_ *record.Record, s *scratch) any { return &s.engine }},
+
 	{"ttft_ns", func(r *record.Record) any { return optNS(r.Derived.TTFT) }, nil},
 	{"e2e_ns", func(r *record.Record) any { return int64(r.Derived.E2E) }, nil},
 	{"tpot_ns", func(r *record.Record) any { return optNS(r.Derived.TPOT) }, nil},
+	{"seg_gateway_queue_ns", segNS(record.SegGatewayQueue), nil},
+	{"seg_connect_ns", segNS(record.SegConnect), nil},
+	{"seg_engine_queue_ns", segNS(record.SegEngineQueue), nil},
+	{"seg_prefill_ns", segNS(record.SegPrefill), nil},
+	{"seg_decode_ns", segNS(record.SegDecode), nil},
+	{"seg_client_write_ns", segNS(record.SegClientWrite), nil},
+	{"seg_post_processing_ns", segNS(record.SegPostProcessing), nil},
+	{"seg_unattributed_ns", segNS(record.SegUnattributed), nil},
+}
+
+func segNS(name string) func(*record.Record) any {
+	return func(r *record.Record) any { return int64(r.Derived.Segments.Get(name)) }
+}
+
+// engineJSON stores the engine's timing exactly (integer nanoseconds).
+func engineJSON(e *record.EngineTiming) any {
+	if e == nil {
+		return nil
+	}
+	b, _ := json.Marshal(e)
+	return string(b)
 }
 
 // Statements built once from ledger.
