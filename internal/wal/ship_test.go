@@ -1,0 +1,297 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// shipT runs Ship in the background; stop cancels it and returns its result.
+func shipT(t *testing.T, w *WAL, batchMax int, flushEvery time.Duration, sink func(context.Context, [][]byte) error) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Ship(ctx, batchMax, flushEvery, sink) }()
+	t.Cleanup(cancel)
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+func strs(ps [][]byte) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = string(p)
+	}
+	return s
+}
+
+func TestShipRetriesTheSameBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+		runT(t, w)
+		want := payloads(10)
+		for _, p := range want {
+			appendWait(t, w, p)
+		}
+
+		type call struct {
+			At    time.Duration
+			Batch []string
+		}
+		var calls []call
+		start := time.Now()
+		delivered := make(chan struct{})
+		stop := shipT(t, w, 100, 0, func(_ context.Context, ps [][]byte) error {
+			calls = append(calls, call{time.Since(start), strs(ps)})
+			if len(calls) <= 3 {
+				return errors.New("store down")
+			}
+			close(delivered)
+			return nil
+		})
+		<-delivered
+		if err := stop(); err != nil {
+			t.Fatalf("Ship: %v", err)
+		}
+		// Same batch each time, after 100ms, 200ms, 400ms of backoff.
+		wantCalls := []call{{0, want}, {100 * time.Millisecond, want}, {300 * time.Millisecond, want}, {700 * time.Millisecond, want}}
+		if diff := cmp.Diff(wantCalls, calls); diff != "" {
+			t.Errorf("sink calls (-want +got):\n%s", diff)
+		}
+		if st := w.Stats(); st.ShipErrors != 3 || st.Acked != 10 || st.UnshippedEntries != 0 || st.UnshippedBytes != 0 {
+			t.Errorf("stats = %+v; want 3 ship errors, all 10 acked", st)
+		}
+	})
+}
+
+func TestShipSpillsWhileTheStoreIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		w := openT(t, Options{Dir: dir, NoSync: true, SegmentBytes: 1 << 10})
+		runT(t, w)
+		var down atomic.Bool
+		down.Store(true)
+		var got []string
+		all := make(chan struct{})
+		const n = 200
+		stop := shipT(t, w, 50, 10*time.Millisecond, func(_ context.Context, ps [][]byte) error {
+			if down.Load() {
+				return errors.New("store down")
+			}
+			got = append(got, strs(ps)...)
+			if len(got) == n {
+				close(all)
+			}
+			return nil
+		})
+
+		want := payloads(n)
+		for _, p := range want {
+			appendWait(t, w, p) // the store being down never slows this
+		}
+		// An outage of a minute: the log only grows, the retries back off.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		st := w.Stats()
+		if st.UnshippedEntries != n || st.UnshippedBytes != n*entrySize || st.Acked != 0 {
+			t.Errorf("during the outage: %+v; want all %d entries (%d bytes) unshipped", st, n, n*entrySize)
+		}
+		if files := walFiles(t, dir); st.Segments < 5 || len(files) != st.Segments {
+			t.Errorf("during the outage: %d segments, files %v; want them all kept", st.Segments, files)
+		}
+		// Backoff doubles to 10s: about a dozen attempts in a minute.
+		if st.ShipErrors < 5 || st.ShipErrors > 15 {
+			t.Errorf("%d failed attempts in a minute of outage", st.ShipErrors)
+		}
+
+		down.Store(false)
+		<-all
+		if err := stop(); err != nil {
+			t.Fatalf("Ship: %v", err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("shipped after the outage (-want +got):\n%s", diff)
+		}
+		st = w.Stats()
+		if st.UnshippedEntries != 0 || st.UnshippedBytes != 0 || st.Acked != n || st.Segments != 1 {
+			t.Errorf("after draining: %+v", st)
+		}
+		if files := walFiles(t, dir); len(files) != 1 {
+			t.Errorf("segment files after draining: %v", files)
+		}
+	})
+}
+
+func TestShipFlushEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+		runT(t, w)
+		type call struct {
+			At time.Duration
+			N  int
+		}
+		calls := make(chan call, 10)
+		start := time.Now()
+		stop := shipT(t, w, 100, 50*time.Millisecond, func(_ context.Context, ps [][]byte) error {
+			calls <- call{time.Since(start), len(ps)}
+			return nil
+		})
+		for range 5 {
+			appendWait(t, w, "few")
+		}
+		// A partial batch waits flushEvery for company, then goes.
+		if got := <-calls; got != (call{50 * time.Millisecond, 5}) {
+			t.Errorf("partial batch: %+v, want 5 entries after 50ms", got)
+		}
+		// A full batch goes at once.
+		start = time.Now()
+		var last Commit
+		for range 100 {
+			var err error
+			if last, err = w.Append([]byte("many")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := last.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-calls; got != (call{0, 100}) {
+			t.Errorf("full batch: %+v, want 100 entries at once", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestRestartReplaysFromTheAckPoint(t *testing.T) {
+	dir := t.TempDir()
+	// Seven 30-byte entries per segment: 1-7, 8-14, ..., 29-35, ...
+	w := openT(t, Options{Dir: dir, NoSync: true, SegmentBytes: 200})
+	runT(t, w)
+	all := payloads(100)
+	for _, p := range all {
+		appendWait(t, w, p)
+	}
+
+	// The fourth batch reaches the store, then the process "dies" before
+	// the ack: the sink fails and Ship is stopped.
+	var stored []string
+	calls := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	err := w.Ship(ctx, 10, 0, func(_ context.Context, ps [][]byte) error {
+		stored = append(stored, strs(ps)...)
+		if calls++; calls == 4 {
+			cancel()
+			return errors.New("killed mid-insert")
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		t.Fatalf("Ship: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Segments wholly acked (up to 28) are gone.
+	if files := walFiles(t, dir); len(files) == 0 || files[0] != segmentName(29) {
+		t.Errorf("segment files after acking 30: %v, want the first to be %s", files, segmentName(29))
+	}
+
+	w2 := openT(t, Options{Dir: dir, NoSync: true})
+	if rec := w2.Recovery(); rec.Acked != 30 || rec.Unshipped != 70 {
+		t.Errorf("recovery = %+v, want ack point 30 and 70 unshipped", rec)
+	}
+	again := shipAll(t, w2)
+	// Replay is what was not acked, no more: the store sees the fourth
+	// batch twice (its request_id makes that harmless), nothing else.
+	if diff := cmp.Diff(all[30:], again); diff != "" {
+		t.Errorf("replayed after restart (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(all[:40], stored); diff != "" {
+		t.Errorf("stored before the crash (-want +got):\n%s", diff)
+	}
+}
+
+func TestLostAckFileReplaysAtMostASegment(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(path string) error
+	}{
+		{"missing", os.Remove},
+		// A rename that reached disk before the data it named.
+		{"empty", func(path string) error { return os.Truncate(path, 0) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := openT(t, Options{Dir: dir, NoSync: true, SegmentBytes: 200})
+			runT(t, w)
+			all := payloads(100)
+			for _, p := range all {
+				appendWait(t, w, p)
+			}
+			if got := shipAll(t, w); len(got) != 100 {
+				t.Fatalf("shipped %d, want 100", len(got))
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.damage(filepath.Join(dir, ackName)); err != nil {
+				t.Fatal(err)
+			}
+
+			w2 := openT(t, Options{Dir: dir, NoSync: true})
+			// Segments of seven: only the one from 99 is left.
+			if rec := w2.Recovery(); rec.Acked != 0 || rec.Segments != 1 || rec.Unshipped != 2 {
+				t.Errorf("recovery = %+v; want no ack point, one segment, its 2 entries unshipped", rec)
+			}
+			if diff := cmp.Diff(all[98:], shipAll(t, w2)); diff != "" {
+				t.Errorf("replayed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestShipDrainsOnceRunHasReturned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+		stopRun := runT(t, w)
+		want := payloads(10)
+		for _, p := range want {
+			appendWait(t, w, p)
+		}
+		var batches [][]string
+		start := time.Now()
+		// The shutdown order: stop the committer, then let Ship finish.
+		if err := stopRun(); err != nil {
+			t.Fatal(err)
+		}
+		err := w.Ship(context.Background(), 4, time.Hour, func(_ context.Context, ps [][]byte) error {
+			batches = append(batches, strs(ps))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Ship: %v", err)
+		}
+		// No waiting for flushEvery: nothing more can come.
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Ship took %v to drain", d)
+		}
+		if diff := cmp.Diff([][]string{want[:4], want[4:8], want[8:]}, batches); diff != "" {
+			t.Errorf("batches (-want +got):\n%s", diff)
+		}
+		if st := w.Stats(); st.UnshippedEntries != 0 || st.Acked != 10 {
+			t.Errorf("after the drain: %+v", st)
+		}
+	})
+}
