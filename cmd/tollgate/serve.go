@@ -21,7 +21,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/quota"
-	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/web"
@@ -174,18 +173,17 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Store: the SQLite ledger and the batching writer in front of it.
+	// Store: the SQLite ledger, and the durable queue in front of it.
 	st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log.With("component", "store"), sqlite.WithLocation(cfg.Location()))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	writer := store.NewWriter(st, store.WriterConfig{
-		QueueSize: cfg.Store.QueueSize, BatchSize: cfg.Store.BatchSize, FlushInterval: cfg.Store.FlushInterval,
-	}, log.With("component", "writer"), reg)
-	writerCtx, stopWriter := context.WithCancel(context.Background())
-	writerDone := make(chan error, 1)
-	go func() { writerDone <- writer.Run(writerCtx) }()
+	lg, err := startLedger(cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
+	stopWriter := lg.stop
 
 	// Events (quota warnings, tokenizer mismatches) go to the store in
 	// batches, off the request path.
@@ -217,7 +215,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Config:         cfg,
 		Log:            log.With("component", "gateway"),
 		Metrics:        metrics.New(reg, models, cfg.Metrics.MaxModels),
-		Sink:           func(r *record.Record) { writer.Enqueue(r) },
+		Sink:           lg.sink,
+		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Event:          events.Send,
 		Prices:         prices,
@@ -281,7 +280,6 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	case <-ctx.Done():
 	case err := <-serveErr:
 		stopWriter()
-		<-writerDone
 		return fmt.Errorf("http server: %w", err)
 	}
 
@@ -298,9 +296,6 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	inflight.Wait()
 	stopWriter()
-	if err := <-writerDone; err != nil {
-		log.Error("writer stopped with an error", "err", err)
-	}
 	log.Info("stopped")
 	return nil
 }

@@ -53,6 +53,14 @@ type ResponseCache struct {
 	Scope string `yaml:"scope"`
 }
 
+// QueueDir is where the write-ahead queue lives.
+func (c *Config) QueueDir() string {
+	if c.Store.Queue.Dir != "" {
+		return c.Store.Queue.Dir
+	}
+	return c.Store.SQLite.Path + ".queue"
+}
+
 // CostConfig is the price table's part of the configuration.
 func (c *Config) CostConfig() cost.Config { return cost.Config{Prices: c.Prices, GPUHours: c.GPUHours} }
 
@@ -111,6 +119,20 @@ type Store struct {
 	// an IANA name such as Asia/Shanghai.
 	Timezone  string    `yaml:"timezone"`
 	Retention Retention `yaml:"retention"`
+	// Durability: "queue" (default) writes each Record to a local
+	// write-ahead queue, group-committed, before the response's last bytes,
+	// then ships it to the store; "memory" batches in memory only (faster,
+	// but records still queued are lost if the process is killed).
+	Durability string `yaml:"durability"`
+	Queue      Queue  `yaml:"queue"`
+}
+
+// Queue is the local write-ahead queue in front of the store. It is also
+// where records wait while the store is down.
+type Queue struct {
+	Dir           string        `yaml:"dir"`       // default: the SQLite path + ".queue"
+	MaxBytes      int64         `yaml:"max_bytes"` // unshipped data cap; beyond it records are dropped and counted
+	CommitTimeout time.Duration `yaml:"commit_timeout"`
 }
 
 // Retention says how long each kind of data is kept; 0 keeps it forever.
@@ -213,6 +235,8 @@ func Default() *Config {
 			BatchSize:     512,
 			FlushInterval: 200 * time.Millisecond,
 			Timezone:      "UTC",
+			Durability:    "queue",
+			Queue:         Queue{MaxBytes: 10 << 30, CommitTimeout: time.Second},
 			// Seed 001 §2.3: details 7–15 days; rollups kept long. The
 			// ledger covers a monthly bill cycle for drill-down; billing
 			// reports read the day rollups, kept forever.

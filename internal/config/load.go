@@ -264,6 +264,15 @@ func (c *Config) Validate() error {
 	if c.Store.SQLite.Path == "" {
 		bad("store.sqlite.path", "must not be empty")
 	}
+	if d := c.Store.Durability; d != "queue" && d != "memory" {
+		bad("store.durability", "must be queue or memory; got %q", d)
+	}
+	if c.Store.Queue.MaxBytes < 1<<20 {
+		bad("store.queue.max_bytes", "must be at least 1048576 (1 MiB)")
+	}
+	if c.Store.Queue.CommitTimeout <= 0 {
+		bad("store.queue.commit_timeout", "must be positive")
+	}
 	if c.Store.QueueSize < 1 {
 		bad("store.queue_size", "must be at least 1")
 	}

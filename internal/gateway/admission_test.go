@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,7 +26,7 @@ func gatewayWith(t *testing.T, cfg *config.Config, prices *cost.Table, lim quota
 	reg := prometheus.NewRegistry()
 	tg := &testGateway{Records: make(chan *record.Record, 1024), Reg: reg}
 	g, err := New(Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(reg, nil, 8),
-		Sink: func(r *record.Record) { tg.Records <- r }, Prices: prices, Limiter: lim})
+		Sink: func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil }, Prices: prices, Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,7 +129,7 @@ func BenchmarkProxy(b *testing.B) {
 // BenchmarkFinish measures the per-record work after the response: derived
 // figures, sampling decision, and metrics.
 func BenchmarkFinish(b *testing.B) {
-	g, _ := New(Options{Config: testConfig("http://127.0.0.1:9/v1"), Log: discardLog(), Metrics: newBenchMetrics(), Sink: func(*record.Record) {}})
+	g, _ := New(Options{Config: testConfig("http://127.0.0.1:9/v1"), Log: discardLog(), Metrics: newBenchMetrics(), Sink: func(*record.Record) func(context.Context) error { return nil }})
 	r := &record.Record{RequestID: "req_x", Model: "m", Upstream: "up", BizLine: "b", Stream: true, Status: 200,
 		Usage: record.Usage{InputTokens: 10, OutputTokens: 64, Source: record.SourceEngine}}
 	r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = 1e6, 64e6, 65e6

@@ -7,6 +7,8 @@
 package gateway
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -35,9 +37,15 @@ type Options struct {
 	Config  *config.Config
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
-	// Sink receives every finished Record. It must not block (the store's
-	// Writer.Enqueue is the production sink).
-	Sink func(*record.Record)
+	// Sink receives every finished Record and must not block. It may
+	// return a wait function that returns once the Record is durable (the
+	// write-ahead queue's group commit): the gateway calls it, bounded by
+	// CommitTimeout, before sending a successful response's final bytes,
+	// so a client that saw a whole answer implies a durable ledger row.
+	Sink func(*record.Record) (wait func(context.Context) error)
+	// CommitTimeout bounds that wait (default 1s); past it the response
+	// completes anyway and the wait is counted as timed out.
+	CommitTimeout time.Duration
 	// MetricsHandler serves /metrics.
 	MetricsHandler http.Handler
 	// Ready reports whether dependencies (the store) are healthy, for /readyz.
@@ -56,7 +64,8 @@ type Gateway struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	metrics  *metrics.Metrics
-	sink     func(*record.Record)
+	sink     func(*record.Record) func(context.Context) error
+	commitTO time.Duration
 	auth     *auth
 	routes   *router
 	mux      *http.ServeMux
@@ -91,20 +100,21 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Config, Log, Metrics and Sink are required")
 	}
 	g := &Gateway{
-		cfg:     o.Config,
-		log:     o.Log,
-		metrics: o.Metrics,
-		sink:    o.Sink,
-		auth:    newAuth(o.Config.Auth.Keys),
-		routes:  newRouter(o.Config.Upstreams),
-		ready:   o.Ready,
-		sampleN: uint32(o.Config.Sampling.Normal * 10000),
-		checkN:  uint32(o.Config.Sampling.TokenizerCheck * 10000),
-		event:   o.Event,
-		prices:  o.Prices,
-		limiter: o.Limiter,
-		checks:  make(chan tokenCheck, 64),
-		stop:    make(chan struct{}),
+		cfg:      o.Config,
+		log:      o.Log,
+		metrics:  o.Metrics,
+		sink:     o.Sink,
+		commitTO: cmp.Or(o.CommitTimeout, time.Second),
+		auth:     newAuth(o.Config.Auth.Keys),
+		routes:   newRouter(o.Config.Upstreams),
+		ready:    o.Ready,
+		sampleN:  uint32(o.Config.Sampling.Normal * 10000),
+		checkN:   uint32(o.Config.Sampling.TokenizerCheck * 10000),
+		event:    o.Event,
+		prices:   o.Prices,
+		limiter:  o.Limiter,
+		checks:   make(chan tokenCheck, 64),
+		stop:     make(chan struct{}),
 	}
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
@@ -262,7 +272,10 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 		cur.Upstream, cur.Engine = cands[i].cfg.Name, cands[i].cfg.Engine
 		retry := ex.attempt(cur, cands[i], i < attempts-1)
-		g.finish(cur)
+		if !ex.finished {
+			g.finish(cur)
+		}
+		ex.finished = false
 		done = append(done, cur)
 		if !retry {
 			g.maybeCheck(cur, ct, body)
@@ -338,8 +351,9 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 	g.finish(rec)
 }
 
-// finish derives the figures, decides sampling, and hands the Record on.
-func (g *Gateway) finish(rec *record.Record) {
+// finish derives the figures, decides sampling, and hands the Record on;
+// it returns the sink's durability wait (nil when there is none).
+func (g *Gateway) finish(rec *record.Record) func(context.Context) error {
 	if rec.Usage.Source == "" {
 		rec.Usage.Source = record.SourceNone
 	}
@@ -350,7 +364,22 @@ func (g *Gateway) finish(rec *record.Record) {
 		rec.Timeline = nil
 	}
 	g.metrics.Observe(rec)
-	g.sink(rec)
+	return g.sink(rec)
+}
+
+// commit finishes rec and waits, bounded, until it is durable: called
+// just before the final bytes of a successful response.
+func (g *Gateway) commit(rec *record.Record) {
+	wait := g.finish(rec)
+	if wait == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.commitTO)
+	defer cancel()
+	if err := wait(ctx); err != nil {
+		g.metrics.CommitTimeout()
+		g.log.Warn("ledger commit not confirmed before the response ended", "request_id", rec.RequestID, "err", err)
+	}
 }
 
 // sampleHit is deterministic per request id, so every replica and every

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -45,7 +46,7 @@ func newTestGateway(t testing.TB, cfg *config.Config) *testGateway {
 		Config:  cfg,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(reg, names, cfg.Metrics.MaxModels),
-		Sink:    func(r *record.Record) { tg.Records <- r },
+		Sink:    func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil },
 		Event:   func(e store.Event) { tg.Events <- e },
 	})
 	if err != nil {

@@ -52,6 +52,20 @@ type exchange struct {
 	cacheKey   [32]byte    // response cache key; zero when not cacheable
 	trace      traceContext
 	since      func() time.Duration
+	finished   bool // the current attempt's Record was already handed on
+}
+
+// complete ends a successful response: the Record is finished and made
+// durable first, then the final bytes go out — so no client ever sees a
+// whole answer whose ledger row a crash could lose.
+func (ex *exchange) complete(rec *record.Record, final []byte) {
+	rec.ResponseBytes += int64(len(final))
+	ex.finished = true
+	ex.g.commit(rec)
+	if len(final) > 0 {
+		_, _ = ex.w.Write(final)
+		_ = http.NewResponseController(ex.w).Flush()
+	}
 }
 
 // watchdog enforces the first-token and idle timeouts with one timer
@@ -178,14 +192,15 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 
 	er := usage.NewEventReader(resp.Body, maxEventBytes)
 	var (
-		tl       timeline
-		upErr    error
-		done     bool
-		engErr   string
-		finished bool
-		text     streamText // only with a tokenizer, for usage the engine never sends
-		cwAtLast time.Duration
-		parser   usage.ChunkParser // reuses the model string across chunks
+		tl        timeline
+		upErr     error
+		done      bool
+		engErr    string
+		finished  bool
+		text      streamText // only with a tokenizer, for usage the engine never sends
+		cwAtLast  time.Duration
+		parser    usage.ChunkParser // reuses the model string across chunks
+		doneEvent []byte
 	)
 	for !clientGone {
 		ev, err := er.Next()
@@ -196,7 +211,11 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		out := ev.Raw
 		if ev.Data != nil {
 			if ev.Done() {
+				// Held back until the Record is durable (see complete).
 				done = true
+				doneEvent = append(doneEvent[:0], ev.Raw...)
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // let the connection be reused
+				break
 			} else {
 				c, perr := parser.Parse(ev.Data)
 				if perr != nil {
@@ -264,11 +283,6 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		} else {
 			rec.ClientWrite += ex.since() - w0
 		}
-		if done {
-			// Let the connection be reused: read the (normally empty) rest.
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-			break
-		}
 	}
 	if !clientGone && rc.Flush() == nil {
 		tl.flushed(rec, ex.since())
@@ -292,6 +306,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		ex.record(rec, http.StatusBadGateway, record.ErrUpstreamStatus, "the engine sent an error event: "+engErr)
 	case upErr == nil || (errors.Is(upErr, io.EOF) && (done || finished)):
 		ex.record(rec, resp.StatusCode, record.ErrNone, "")
+		ex.complete(rec, doneEvent)
 	default:
 		if errors.Is(upErr, io.EOF) {
 			upErr = errEndedEarly
@@ -387,7 +402,13 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		rec.Marks.LastUpstreamToken = w0
 	}
 	ex.w.WriteHeader(resp.StatusCode)
-	n, werr := ex.w.Write(body)
+	// A successful answer's last byte is held back until its Record is
+	// durable (see complete); errors go out whole.
+	held := 0
+	if ok && len(body) > 0 {
+		held = 1
+	}
+	n, werr := ex.w.Write(body[:len(body)-held])
 	rec.ResponseBytes = int64(n)
 	if werr == nil {
 		werr = http.NewResponseController(ex.w).Flush()
@@ -407,6 +428,7 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		if c := ex.g.cache; c != nil && ex.cacheKey != ([32]byte{}) && resp.StatusCode == http.StatusOK {
 			c.put(ex.cacheKey, body, resp.Header.Get("Content-Type"))
 		}
+		ex.complete(rec, body[len(body)-held:])
 	}
 }
 

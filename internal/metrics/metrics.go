@@ -40,6 +40,7 @@ type Metrics struct {
 	requests   *prometheus.CounterVec
 	inFlight   prometheus.Gauge
 	quotaErrs  prometheus.Counter
+	commitTO   prometheus.Counter
 	tokChecks  *prometheus.CounterVec
 	tokMiss    *prometheus.CounterVec
 
@@ -94,6 +95,10 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 			Name: "tollgate_quota_errors_total",
 			Help: "Quota checks that could not be made (limiter unavailable); those requests were admitted (fail open).",
 		}),
+		commitTO: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_ledger_commit_timeouts_total",
+			Help: "Successful responses completed before their ledger row was confirmed durable (the write-ahead queue was slower than store.queue.commit_timeout).",
+		}),
 		tokChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_tokenizer_checks_total",
 			Help: "Sampled comparisons of the engine's prompt_tokens with tollgate's own count (model's tokenizer and chat template).",
@@ -105,7 +110,7 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 		models: newModelSet(known, maxModels),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.quotaErrs, m.tokChecks, m.tokMiss)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss)
 	}
 	return m
 }
@@ -163,6 +168,9 @@ func (m *Metrics) Observe(r *record.Record) {
 		m.tpot.WithLabelValues(model, up, biz).Observe(seconds(*d.TPOT))
 	}
 }
+
+// CommitTimeout counts a durability wait that timed out.
+func (m *Metrics) CommitTimeout() { m.commitTO.Inc() }
 
 // QuotaError counts a quota check that could not be made.
 func (m *Metrics) QuotaError() { m.quotaErrs.Inc() }

@@ -8,6 +8,7 @@ package record
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 )
 
@@ -281,4 +282,6 @@ func (r *Record) WallTime(offset time.Duration) time.Time { return r.Arrival.Add
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func fromMS(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+// fromMS rounds to the nanosecond, so ns → ms → ns is exact for any
+// duration a request can have.
+func fromMS(f float64) time.Duration { return time.Duration(math.Round(f * float64(time.Millisecond))) }
