@@ -144,7 +144,10 @@ func crashConfig(t *testing.T, upstream string) (cfgPath, db, addr string) {
 	db = filepath.Join(dir, "ledger.db")
 	addr = freePort(t)
 	cfgPath = filepath.Join(dir, "tollgate.yml")
-	yml := fmt.Sprintf("listen: %s\nshutdown_grace: 20s\nlog: {level: warn}\nstore:\n  sqlite: {path: %s}\nupstreams:\n  - {name: sim, url: %q, engine: vllm}\n", addr, db, upstream)
+	// A generous commit timeout: the test checks the guarantee itself, not
+	// the degradation when the disk is slower than the timeout (which is
+	// counted in tollgate_ledger_commit_timeouts_total).
+	yml := fmt.Sprintf("listen: %s\nshutdown_grace: 20s\nlog: {level: warn}\nstore:\n  sqlite: {path: %s}\n  queue: {commit_timeout: 60s}\nupstreams:\n  - {name: sim, url: %q, engine: vllm}\n", addr, db, upstream)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -200,14 +203,19 @@ func TestCrashSIGKILL(t *testing.T) {
 
 	// Restart on the same ledger and queue: the queue replays into SQLite.
 	g2 := startGateway(t, cfgPath, addr)
+	missing := 0
 	waitFor(t, "the restarted gateway to ship every completed request", func() bool {
 		got, _ := ledgerIDs(t, db)
+		missing = 0
 		for _, id := range ids {
 			if got[id] == 0 {
-				return false
+				missing++
 			}
 		}
-		return true
+		if missing > 0 {
+			t.Logf("%d of %d completed requests not in the ledger yet", missing, len(ids))
+		}
+		return missing == 0
 	})
 	if err := g2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
