@@ -38,6 +38,8 @@ Usage:
                     re-rate history after a price change (and allocate GPU-hour prices)
   tollgate reconcile --bill FILE [--bill-format openai|generic --map ...]
                     compare a provider's usage export with the ledger, and explain the differences
+  tollgate tokens count --model M [--chat] [--json] [--jsonl] < input
+                    count tokens exactly with the model's own tokenizer (and chat template)
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRerate(ctx, rest, stdout, stderr)
 	case "reconcile":
 		return runReconcile(ctx, rest, stdout, stderr)
+	case "tokens":
+		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
 		return nil

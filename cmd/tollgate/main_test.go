@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -327,6 +328,50 @@ func TestRerateAndReconcileCLI(t *testing.T) {
 	}
 	for _, args := range [][]string{{"rerate"}, {"reconcile"}, {"reconcile", "--bill", bill, "--bill-format", "generic", "--db", db}} {
 		if _, _, err := runCmd(t, args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// TestTokensCountGolden: `tokens count --jsonl` gives Hugging Face's ids on
+// the golden corpus, through the CLI's own reading and writing.
+func TestTokensCountGolden(t *testing.T) {
+	var corpus []string
+	var want [][]int
+	for path, v := range map[string]any{"corpus.json": &corpus, "qwen3.ids.json": &want} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "tokenizer", "testdata", "golden", path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	corpus, want = corpus[:200], want[:200]
+	var in bytes.Buffer
+	for _, s := range corpus {
+		b, _ := json.Marshal(s)
+		in.Write(append(b, '\n'))
+	}
+	var out, errb bytes.Buffer
+	if err := runTokens(context.Background(), []string{"count", "--model", "qwen3", "--jsonl"}, &in, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(corpus) {
+		t.Fatalf("%d result lines for %d inputs", len(lines), len(corpus))
+	}
+	for i, l := range lines {
+		var r result
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Count != len(want[i]) || !slices.Equal(r.IDs, want[i]) {
+			t.Errorf("string %d: got %v, want %v", i, r.IDs, want[i])
+		}
+	}
+	for _, args := range [][]string{{}, {"count"}, {"count", "--model", "llama-9"}} {
+		if err := runTokens(context.Background(), args, strings.NewReader("x"), io.Discard, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}
