@@ -38,6 +38,10 @@ Usage:
                     re-rate history after a price change (and allocate GPU-hour prices)
   tollgate reconcile --bill FILE [--bill-format openai|generic --map ...]
                     compare a provider's usage export with the ledger, and explain the differences
+  tollgate explain  [--db PATH] REQUEST_ID
+                    where one request's time went, as a waterfall
+  tollgate diagnose [--since 1h]
+                    latency by input length, cache hit vs miss, long tail, segments, timeline decay
   tollgate tokens count --model M [--chat] [--json] [--jsonl] < input
                     count tokens exactly with the model's own tokenizer (and chat template)
   tollgate version  print the version
@@ -83,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRerate(ctx, rest, stdout, stderr)
 	case "reconcile":
 		return runReconcile(ctx, rest, stdout, stderr)
+	case "explain":
+		return runExplain(ctx, rest, stdout, stderr)
+	case "diagnose":
+		return runDiagnose(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
 	case "version", "--version", "-v":

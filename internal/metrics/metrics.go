@@ -39,6 +39,7 @@ type Metrics struct {
 	tokens     *prometheus.CounterVec
 	requests   *prometheus.CounterVec
 	inFlight   prometheus.Gauge
+	phases     *prometheus.HistogramVec
 	quotaErrs  prometheus.Counter
 	commitTO   prometheus.Counter
 	tokChecks  *prometheus.CounterVec
@@ -91,6 +92,11 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 			Name: "tollgate_requests_in_flight",
 			Help: "Requests currently being served by the gateway.",
 		}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_phase_seconds",
+			Help:    "Where each request's time went: its E2E split into phases (gateway_queue, connect, engine_queue, prefill, decode, client_write, post_processing, unattributed); see docs/metrics.md.",
+			Buckets: DurationBuckets,
+		}, []string{"model", "upstream", "phase"}),
 		quotaErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_quota_errors_total",
 			Help: "Quota checks that could not be made (limiter unavailable); those requests were admitted (fail open).",
@@ -110,7 +116,7 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 		models: newModelSet(known, maxModels),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.phases, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss)
 	}
 	return m
 }
@@ -147,6 +153,11 @@ func (m *Metrics) Observe(r *record.Record) {
 	}
 	if u.ReasoningTokens > 0 {
 		m.tokens.WithLabelValues(model, up, biz, "reasoning").Add(float64(u.ReasoningTokens))
+	}
+	for _, name := range record.SegmentNames {
+		if d := r.Derived.Segments.Get(name); d > 0 {
+			m.phases.WithLabelValues(model, up, name).Observe(d.Seconds())
+		}
 	}
 	if !r.OK() {
 		return

@@ -1,0 +1,75 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+func TestDecayRatio(t *testing.T) {
+	ms := time.Millisecond
+	pt := func(i int, off time.Duration) record.TimelinePoint { return record.TimelinePoint{Index: i, Offset: off} }
+	steady := []record.TimelinePoint{pt(0, 10*ms), pt(10, 110*ms), pt(20, 210*ms)}
+	slowing := []record.TimelinePoint{pt(0, 10*ms), pt(10, 110*ms), pt(20, 410*ms)}
+	if r := decayRatio(steady); r != 1 {
+		t.Errorf("steady = %v, want 1", r)
+	}
+	if r := decayRatio(slowing); r != 3 {
+		t.Errorf("slowing = %v, want 3", r)
+	}
+	if decayRatio(steady[:2]) != 0 {
+		t.Error("two points give a ratio")
+	}
+}
+
+func TestDiagnose(t *testing.T) {
+	s := seed(t, nil)
+	now := t0.Add(time.Hour)
+	var recs []*record.Record
+	for i := range 40 {
+		in := int64(300)
+		ttft := 50 * time.Millisecond
+		if i%4 == 0 { // long prompts: slow prefill
+			in, ttft = 5000, 900*time.Millisecond
+		}
+		r := &record.Record{RequestID: "d" + string(rune('A'+i)), Model: "m", Upstream: "u", UpstreamStatus: 200, Status: 200, Stream: true, Sampled: i < 4,
+			Arrival: t0.Add(time.Duration(i) * time.Second), Usage: record.Usage{InputTokens: in, OutputTokens: 21, Source: record.SourceEngine},
+			Marks: record.Marks{UpstreamSent: time.Millisecond, FirstUpstreamToken: ttft, FirstClientToken: ttft, LastUpstreamToken: ttft + 2*time.Second, LastToken: ttft + 2*time.Second, End: ttft + 2*time.Second + time.Millisecond}}
+		if i < 4 {
+			r.Timeline = []record.TimelinePoint{{Index: 0, Offset: ttft}, {Index: 10, Offset: ttft + 500*time.Millisecond}, {Index: 20, Offset: ttft + 2*time.Second}}
+		}
+		r.Finish()
+		recs = append(recs, r)
+	}
+	if err := s.Insert(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	results, err := Diagnose(context.Background(), s, t0, now, store.Filter{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTitle := map[string]*Result{}
+	for _, r := range results {
+		byTitle[strings.SplitN(r.Title, ":", 2)[0]] = r
+	}
+	in := byTitle["Latency by input length (tokens)"]
+	if len(in.Rows) != 2 || in.Rows[0][0] != "0–512" || in.Rows[0][2] != 50.0 || in.Rows[1][0] != "2048–8192" || in.Rows[1][2] != 900.0 {
+		t.Errorf("input buckets = %v", in.Rows)
+	}
+	tl := byTitle["Token timelines (sampled requests)"]
+	if tl.Rows[1][1] != int64(4) || tl.Rows[1][2] != 1.0 {
+		t.Errorf("decay row = %v, want all 4 sampled streams slower towards the end", tl.Rows[1])
+	}
+	var buf bytes.Buffer
+	Waterfall(&buf, recs[0])
+	for _, want := range []string{"prefill", "decode", "sum", "inferred:upstream TTFT"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("waterfall lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
