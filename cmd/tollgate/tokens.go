@@ -106,4 +106,3 @@ func openCounter(model, path string) (*tokenizer.Counter, error) {
 	}
 	return tokenizer.Open(spec)
 }
-

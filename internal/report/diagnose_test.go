@@ -13,7 +13,9 @@ import (
 
 func TestDecayRatio(t *testing.T) {
 	ms := time.Millisecond
-	pt := func(i int, off time.Duration) record.TimelinePoint { return record.TimelinePoint{Index: i, Offset: off} }
+	pt := func(i int, off time.Duration) record.TimelinePoint {
+		return record.TimelinePoint{Index: i, Offset: off}
+	}
 	steady := []record.TimelinePoint{pt(0, 10*ms), pt(10, 110*ms), pt(20, 210*ms)}
 	slowing := []record.TimelinePoint{pt(0, 10*ms), pt(10, 110*ms), pt(20, 410*ms)}
 	if r := decayRatio(steady); r != 1 {
