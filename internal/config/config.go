@@ -158,6 +158,11 @@ type Upstream struct {
 	APIKey   string   `yaml:"api_key"`
 	Models   []string `yaml:"models"` // served models; empty: every model (single upstream only)
 	Timeouts Timeouts `yaml:"timeouts"`
+	// MaxConcurrency bounds requests in flight to this upstream (0: no
+	// bound); others wait in the gateway queue, FIFO, up to QueueTimeout,
+	// then get 503 with Retry-After. The wait is the gateway_queue segment.
+	MaxConcurrency int           `yaml:"max_concurrency"`
+	QueueTimeout   time.Duration `yaml:"queue_timeout"`
 }
 
 // Timeouts bound each phase of an upstream exchange. Zero disables one.

@@ -308,6 +308,12 @@ func (c *Config) Validate() error {
 				bad(fmt.Sprintf("%s.models[%d]", p, j), "must not be empty")
 			}
 		}
+		if u.MaxConcurrency < 0 {
+			bad(p+".max_concurrency", "must not be negative (0: no bound)")
+		}
+		if u.QueueTimeout < 0 {
+			bad(p+".queue_timeout", "must not be negative")
+		}
 		t := u.Timeouts
 		for _, d := range []struct {
 			k string

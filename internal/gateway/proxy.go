@@ -126,6 +126,20 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 	wd := newWatchdog(t.FirstToken, t.Idle, cancel)
 	defer wd.stop()
 
+	release, err := u.acquire(ctx)
+	if err != nil {
+		if errors.Is(err, errQueueTimeout) {
+			ex.w.Header().Set("Retry-After", "1")
+			ex.fail(rec, http.StatusServiceUnavailable, record.ErrQueueTimeout, "upstream "+u.cfg.Name+" is at its concurrency limit; retry")
+			return false
+		}
+		status, typ := ex.classify(ctx, err)
+		ex.fail(rec, status, typ, upstreamMessage(typ, u.cfg.Name))
+		return false
+	}
+	defer release()
+	rec.Marks.Admitted = ex.since() // left the gateway queue
+
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.base+endpointPath[rec.Endpoint], bytes.NewReader(ex.body))
 	if err != nil {
 		ex.fail(rec, http.StatusInternalServerError, record.ErrInternal, "could not build the upstream request")

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +22,36 @@ type upstream struct {
 	base     string // URL without trailing slash, e.g. http://127.0.0.1:8000/v1
 	timeouts config.Timeouts
 	client   *http.Client
+	slots    chan struct{} // nil: unbounded; a buffered channel is a FIFO semaphore
+}
+
+// errQueueTimeout is a request that waited for an upstream slot too long.
+var errQueueTimeout = errors.New("waited too long for a free upstream slot")
+
+// acquire waits for a slot (FIFO: Go wakes channel senders in order).
+func (u *upstream) acquire(ctx context.Context) (release func(), err error) {
+	if u.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case u.slots <- struct{}{}:
+		return func() { <-u.slots }, nil
+	default:
+	}
+	wait := u.cfg.QueueTimeout
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case u.slots <- struct{}{}:
+		return func() { <-u.slots }, nil
+	case <-t.C:
+		return nil, errQueueTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func newUpstream(c config.Upstream) *upstream {
@@ -37,7 +69,12 @@ func newUpstream(c config.Upstream) *upstream {
 		ResponseHeaderTimeout: 0, // bounded by the first-token timer instead
 		ExpectContinueTimeout: 0,
 	}
+	var slots chan struct{}
+	if c.MaxConcurrency > 0 {
+		slots = make(chan struct{}, c.MaxConcurrency)
+	}
 	return &upstream{
+		slots:    slots,
 		cfg:      c,
 		base:     strings.TrimRight(c.URL, "/"),
 		timeouts: t,

@@ -36,6 +36,7 @@ const (
 	ErrNoRoute           = "model_not_found"     // no upstream serves the model
 	ErrRateLimited       = "rate_limited"        // refused at admission: a quota or rate limit
 	ErrInputTooLong      = "input_too_long"      // refused at admission: over max_input_tokens
+	ErrQueueTimeout      = "queue_timeout"       // waited too long in the gateway queue for an upstream slot
 	ErrConnect           = "upstream_connect"    // could not connect to the upstream
 	ErrConnectTimeout    = "connect_timeout"     // connecting took longer than allowed
 	ErrFirstTokenTimeout = "first_token_timeout" // no first byte/token in time
