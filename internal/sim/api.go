@@ -458,6 +458,8 @@ type (
 		Choices        []chatChoice `json:"choices"`
 		Usage          usage        `json:"usage"`
 		PromptLogprobs *struct{}    `json:"prompt_logprobs"`
+		// Metrics only with Config.PerRequestMetrics.
+		Metrics *perRequestMetrics `json:"metrics,omitempty"`
 	}
 	chatChoice struct {
 		Index        int        `json:"index"`
@@ -479,6 +481,8 @@ type (
 		Model   string       `json:"model"`
 		Choices []textChoice `json:"choices"`
 		Usage   usage        `json:"usage"`
+		// Metrics only with Config.PerRequestMetrics.
+		Metrics *perRequestMetrics `json:"metrics,omitempty"`
 	}
 	textChoice struct {
 		Index          int       `json:"index"`
@@ -497,6 +501,9 @@ type (
 		Model   string `json:"model"`
 		Choices []any  `json:"choices"`
 		Usage   *usage `json:"usage,omitempty"`
+		// Metrics rides on the final usage chunk, with
+		// Config.PerRequestMetrics.
+		Metrics *chunkMetrics `json:"metrics,omitempty"`
 	}
 	chatDelta struct {
 		Role    string  `json:"role,omitempty"`

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -32,8 +33,21 @@ type Config struct {
 	// CacheBlocks is the KV cache capacity in blocks (default 8192).
 	CacheBlocks int
 	Faults      Faults
+	// OTLPEndpoint, when set, makes the engine emit vLLM's per-request
+	// span ("llm_request", see otlp.go) for every sequence that leaves
+	// it, over OTLP/HTTP protobuf, as vLLM started with
+	// --otlp-traces-endpoint does. It is a base URL such as
+	// http://127.0.0.1:4318; spans go to its /v1/traces (a URL already
+	// ending in /v1/traces is used as is). Empty: no spans.
+	OTLPEndpoint string
+	// PerRequestMetrics adds vLLM's per-request "metrics" object to
+	// responses, as vLLM's --enable-per-request-metrics does: at the top
+	// level of a non-streamed response, and on the final usage chunk of a
+	// stream (so only with stream_options.include_usage). As in vLLM, only
+	// single-sequence requests get it.
+	PerRequestMetrics bool
 	// OnFinish, if set, is called once per sequence that leaves the engine
-	// (used to emit vLLM's OTLP span), from the scheduler goroutine, so it
+	// (after its span, if any, is queued), from the scheduler goroutine, so it
 	// must not block. It runs before the response ends, so a client that has
 	// read a whole response can expect its stats to be reported. A
 	// completions request with several prompts reports one sequence per
@@ -167,6 +181,11 @@ func (cfg Config) validate() error {
 		// The negated form also rejects NaN.
 		if !(f.v >= 0 && f.v <= 1) {
 			errs = append(errs, fmt.Errorf("%s: must be within [0, 1], got %v", f.name, f.v))
+		}
+	}
+	if cfg.OTLPEndpoint != "" {
+		if u, err := url.Parse(cfg.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("OTLPEndpoint: want an http(s) URL such as http://127.0.0.1:4318, got %q", cfg.OTLPEndpoint))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

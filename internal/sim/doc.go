@@ -77,6 +77,20 @@
 // Non-streamed responses reset before writing the body, stall before it, or
 // get a broken body. The header, when present, replaces the configured faults.
 //
+// # Engine signals
+//
+// With Config.OTLPEndpoint the engine sends, for every sequence that leaves
+// it, the span vLLM sends with --otlp-traces-endpoint: "llm_request", kind
+// SERVER, parented by the request's traceparent, with the gen_ai.latency.*
+// durations of RequestStats in float seconds, the token counts and the
+// finish reason as a JSON list. It goes through the OpenTelemetry SDK's
+// batch processor and OTLP/HTTP exporter, as vLLM's does (with
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), so spans may reach the
+// collector after their responses end; Run flushes them before returning.
+// With Config.PerRequestMetrics responses carry vLLM's per-request
+// "metrics" object (--enable-per-request-metrics). internal/otlp reads both
+// and documents the fields.
+//
 // # Determinism
 //
 // Every accepted request takes a fixed number of draws from the engine's seeded source and

@@ -32,6 +32,7 @@ type Engine struct {
 	models   map[string]bool
 	created  time.Time
 	wake     chan struct{} // cap 1: "the queue changed"
+	tracing  *tracing      // nil unless Config.OTLPEndpoint is set
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -91,6 +92,10 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Engine, erro
 	if err := m.register(own); err != nil {
 		return nil, err
 	}
+	tr, err := newTracing(cfg.OTLPEndpoint, log)
+	if err != nil {
+		return nil, err
+	}
 	gatherer := prometheus.Gatherer(own)
 	if reg != nil {
 		if err := m.register(reg); err != nil {
@@ -110,6 +115,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Engine, erro
 		models:   make(map[string]bool, len(cfg.Models)),
 		created:  time.Now(),
 		wake:     make(chan struct{}, 1),
+		tracing:  tr,
 		rng:      rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7011_6a7e)),
 		cache:    newPrefixCache(cfg.CacheBlocks),
 	}
@@ -155,6 +161,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.state = stateRunning
 	e.mu.Unlock()
+	if e.tracing != nil {
+		// Started here, not in New, so that an engine never run leaks no
+		// goroutine; stopped after stop below has reported (and so traced)
+		// the sequences still in the engine.
+		e.tracing.start()
+		defer e.tracing.stop(ctx, e.log)
+	}
 	defer e.stop()
 
 	// One timer per step, not a sleep per request: a step's length depends
@@ -357,9 +370,9 @@ func (e *Engine) setUsage() {
 }
 
 // report publishes finished sequences outside the lock, so that OnFinish
-// may call into the engine. OnFinish runs before the handler learns that
-// the sequence ended: once a client has read a whole response, its stats
-// have been reported.
+// may call into the engine. The span and OnFinish come before the handler
+// learns that the sequence ended: once a client has read a whole response,
+// its stats have been reported and its span queued for export.
 func (e *Engine) report(ended []*seq) {
 	for _, s := range ended {
 		st := s.stats
@@ -368,6 +381,9 @@ func (e *Engine) report(ended []*seq) {
 			"finish_reason", st.FinishReason, "prompt_tokens", st.PromptTokens,
 			"cached_tokens", st.CachedTokens, "output_tokens", st.OutputTokens,
 			"queue", st.Queue, "ttft", st.TTFT, "e2e", st.E2E)
+		if e.tracing != nil {
+			e.tracing.emit(st)
+		}
 		if e.cfg.OnFinish != nil {
 			e.cfg.OnFinish(st)
 		}

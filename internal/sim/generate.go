@@ -22,6 +22,8 @@ type gen struct {
 	notify  chan struct{}
 	plan    faultPlan
 	buf     []byte // scratch for SSE events
+	// perRequestMetrics: add vLLM's per-request metrics object.
+	perRequestMetrics bool
 }
 
 // generate is the request path shared by chat and completions: plan the
@@ -55,6 +57,9 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		seqs:       make([]*seq, len(g.prompts)),
 		words:      make([]*rand.Rand, len(g.prompts)),
 		notify:     make(chan struct{}, 1),
+		// As in vLLM, only a single sequence's timing is reported: with
+		// several prompts no one sequence speaks for the request.
+		perRequestMetrics: e.cfg.PerRequestMetrics && len(g.prompts) == 1,
 	}
 	total := 0
 	for i, prompt := range g.prompts {
@@ -176,7 +181,11 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 	}
 	if q.includeUsage {
 		u := q.usage()
-		if err := q.event(w, rc, chunk{ID: q.id, Object: q.chunkObject(), Created: q.created, Model: q.model, Choices: []any{}, Usage: &u}); err != nil {
+		c := chunk{ID: q.id, Object: q.chunkObject(), Created: q.created, Model: q.model, Choices: []any{}, Usage: &u}
+		if m := q.metrics(); m != nil {
+			c.Metrics = (*chunkMetrics)(m)
+		}
+		if err := q.event(w, rc, c); err != nil {
 			return nil
 		}
 	}
@@ -274,6 +283,15 @@ func (q *gen) usage() usage {
 	return u
 }
 
+// metrics returns vLLM's per-request metrics object, or nil when it is not
+// wanted; call it once all sequences have finished.
+func (q *gen) metrics() *perRequestMetrics {
+	if !q.perRequestMetrics {
+		return nil
+	}
+	return newPerRequestMetrics(q.seqs[0].stats)
+}
+
 // whole writes a non-streamed response once every sequence has finished.
 func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 	for {
@@ -328,13 +346,14 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 				Message:      chatMsgOut{Role: "assistant", Content: texts[0], ToolCalls: []struct{}{}},
 				FinishReason: s.stats.FinishReason,
 			}},
-			Usage: q.usage(),
+			Usage:   q.usage(),
+			Metrics: q.metrics(),
 		})
 		return nil
 	}
 	resp := textResponse{
 		ID: q.id, Object: "text_completion", Created: q.created, Model: q.model,
-		Choices: make([]textChoice, len(q.seqs)), Usage: q.usage(),
+		Choices: make([]textChoice, len(q.seqs)), Usage: q.usage(), Metrics: q.metrics(),
 	}
 	for i, s := range q.seqs {
 		resp.Choices[i] = textChoice{Index: i, Text: texts[i], FinishReason: s.stats.FinishReason}
