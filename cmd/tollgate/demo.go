@@ -55,7 +55,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	simAddr := make(chan string, 1)
 	simCtx, stopSim := context.WithCancel(context.Background())
 	simDone := make(chan error, 1)
-	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 16, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01}}
+	// The simulator sends vLLM's span for every request to the gateway's
+	// OTLP receiver, so the demo's records carry engine-side segments.
+	otlpAddr := freeAddr()
+	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 16, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01},
+		OTLPEndpoint: "http://" + otlpAddr}
 	go func() { simDone <- runSimServer(simCtx, simCfg, freeOr(*simListen), log, simAddr) }()
 	sa, ok := <-simAddr
 	if !ok {
@@ -70,6 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Store.SQLite.Path = *db
 	cfg.Upstreams = []config.Upstream{{Name: "sim", URL: "http://" + sa + "/v1", Engine: "vllm", Models: []string{demoModel}}}
 	cfg.ShutdownGrace = 5 * time.Second
+	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = otlpAddr, ""
 	for _, u := range demoUsers {
 		cfg.Auth.Keys = append(cfg.Auth.Keys, config.Key{KeySHA256: config.HashKey(u.key), UserID: u.user, BizLine: u.biz})
 	}
@@ -122,6 +127,16 @@ func freeOr(addr string) string {
 		return addr
 	}
 	return "127.0.0.1:0"
+}
+
+// freeAddr is a loopback address free at the time of the call.
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:4318"
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // demoTraffic sends a mix of requests: a shared system prompt (prefix

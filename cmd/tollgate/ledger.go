@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -18,11 +19,26 @@ import (
 // queue (durable before the response ends, shipped in order, the spill
 // queue while the store is down) or, by choice, the in-memory writer.
 type ledger struct {
-	sink func(*record.Record) func(context.Context) error
-	stop func() // after the HTTP server has drained: flush everything, then return
+	sink  func(*record.Record) func(context.Context) error
+	amend func(requestID string, et record.EngineTiming) // a late engine span
+	stop  func()                                         // after the HTTP server has drained: flush everything, then return
 }
 
-func startLedger(cfg *config.Config, st store.Store, log *slog.Logger, reg prometheus.Registerer) (*ledger, error) {
+// amendment is the queue payload of a late engine timing: it travels the
+// same ordered queue as the Records, so it is applied after its row.
+type amendment struct {
+	Amend        string              `json:"amend"` // "engine_timing"
+	RequestID    string              `json:"request_id"`
+	EngineTiming record.EngineTiming `json:"engine_timing"`
+}
+
+var amendPrefix = []byte(`{"amend":`)
+
+func startLedger(cfg *config.Config, st interface {
+	store.Store
+	store.Analytics
+}, log *slog.Logger, reg prometheus.Registerer) (*ledger, error) {
+	an := st
 	if cfg.Store.Durability == "memory" {
 		w := store.NewWriter(st, store.WriterConfig{
 			QueueSize: cfg.Store.QueueSize, BatchSize: cfg.Store.BatchSize, FlushInterval: cfg.Store.FlushInterval,
@@ -33,6 +49,17 @@ func startLedger(cfg *config.Config, st store.Store, log *slog.Logger, reg prome
 		log.Warn("store.durability is memory: records still queued are lost if the process is killed")
 		return &ledger{
 			sink: func(r *record.Record) func(context.Context) error { w.Enqueue(r); return nil },
+			// Without the ordered queue a late span could reach the store
+			// before its row; it is applied on a best-effort basis.
+			amend: func(id string, et record.EngineTiming) {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if err := w.Flush(ctx); err == nil {
+						_ = an.SetEngineTiming(ctx, id, et)
+					}
+				}()
+			},
 			stop: func() {
 				cancel()
 				if err := <-done; err != nil {
@@ -59,8 +86,26 @@ func startLedger(cfg *config.Config, st store.Store, log *slog.Logger, reg prome
 	shipCtx, stopShip := context.WithCancel(context.Background())
 	go func() {
 		shipDone <- q.Ship(shipCtx, cfg.Store.BatchSize, cfg.Store.FlushInterval, func(ctx context.Context, payloads [][]byte) error {
+			// In queue order: Records in batches, an amendment after the
+			// Records before it. Replays are harmless (idempotent inserts,
+			// amendments that set the same values again).
 			recs := make([]*record.Record, 0, len(payloads))
 			for _, p := range payloads {
+				if bytes.HasPrefix(p, amendPrefix) {
+					var a amendment
+					if err := json.Unmarshal(p, &a); err != nil {
+						qlog.Error("undecodable amendment in the queue; skipped", "err", err)
+						continue
+					}
+					if err := st.Insert(ctx, recs); err != nil {
+						return err
+					}
+					recs = recs[:0]
+					if err := an.SetEngineTiming(ctx, a.RequestID, a.EngineTiming); err != nil {
+						return err
+					}
+					continue
+				}
 				r := &record.Record{}
 				if err := json.Unmarshal(p, r); err != nil {
 					// A payload that cannot decode never will: skip it
@@ -86,6 +131,15 @@ func startLedger(cfg *config.Config, st store.Store, log *slog.Logger, reg prome
 				return nil
 			}
 			return c.Wait
+		},
+		amend: func(id string, et record.EngineTiming) {
+			b, err := json.Marshal(amendment{Amend: "engine_timing", RequestID: id, EngineTiming: et})
+			if err == nil {
+				_, err = q.Append(b)
+			}
+			if err != nil {
+				qlog.Warn("engine timing not queued", "request_id", id, "err", err)
+			}
 		},
 		stop: func() {
 			stopRun()

@@ -14,12 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
@@ -89,6 +91,37 @@ func allocateGPU(ctx context.Context, l billing.Ledger, tbl *cost.Table, log *sl
 		}
 		next := time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute)
 		t.Reset(time.Until(next))
+	}
+}
+
+// startOTLP serves the receiver on its HTTP and gRPC addresses.
+func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func()) {
+	var stops []func()
+	if c.HTTPListen != "" {
+		if ln, err := net.Listen("tcp", c.HTTPListen); err != nil {
+			log.Warn("OTLP/HTTP receiver not started; engine spans will not be joined", "addr", c.HTTPListen, "err", err)
+		} else {
+			srv := &http.Server{Handler: recv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			log.Info("OTLP/HTTP receiver listening", "addr", ln.Addr().String(), "vllm_flag", "--otlp-traces-endpoint http://"+ln.Addr().String()+"/v1/traces")
+			stops = append(stops, func() { _ = srv.Close() })
+		}
+	}
+	if c.GRPCListen != "" {
+		if ln, err := net.Listen("tcp", c.GRPCListen); err != nil {
+			log.Warn("OTLP/gRPC receiver not started", "addr", c.GRPCListen, "err", err)
+		} else {
+			gs := grpc.NewServer()
+			recv.RegisterGRPC(gs)
+			go func() { _ = gs.Serve(ln) }()
+			log.Info("OTLP/gRPC receiver listening", "addr", ln.Addr().String())
+			stops = append(stops, gs.Stop)
+		}
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
 	}
 }
 
@@ -206,6 +239,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		return err
 	}
 
+	// OTLP receiver: engines' own spans (vLLM's llm_request), joined to
+	// Records by trace id. A port in use is logged, not fatal: the gateway
+	// works without engine spans.
+	joiner := otlp.NewJoiner(cfg.OTLP.JoinWindow, 100000, reg)
+	stopOTLP := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
+	defer stopOTLP()
+
 	// Gateway: the proxy, its metrics, and the writer as its sink.
 	var models []string
 	for _, u := range cfg.Upstreams {
@@ -221,6 +261,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Event:          events.Send,
 		Prices:         prices,
 		Limiter:        limiter,
+		Joiner:         joiner,
+		Amend:          lg.amend,
 	})
 	if err != nil {
 		stopWriter()

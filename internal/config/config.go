@@ -39,6 +39,16 @@ type Config struct {
 	Quotas quota.Config `yaml:"quotas"`
 	// ResponseCache answers exact repeats without the engine; off by default.
 	ResponseCache ResponseCache `yaml:"response_cache"`
+	// OTLP is the trace receiver engines send their own spans to (vLLM:
+	// --otlp-traces-endpoint http://HOST:4318/v1/traces, or grpc://HOST:4317).
+	OTLP OTLP `yaml:"otlp"`
+}
+
+// OTLP configures the trace receiver. An empty address turns a listener off.
+type OTLP struct {
+	HTTPListen string        `yaml:"http_listen"`
+	GRPCListen string        `yaml:"grpc_listen"`
+	JoinWindow time.Duration `yaml:"join_window"` // how long a span and its request wait for each other
 }
 
 // ResponseCache is the optional exact-match cache of non-streamed answers.
@@ -267,6 +277,7 @@ func Default() *Config {
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:       Metrics{MaxModels: 64},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},
+		OTLP:          OTLP{HTTPListen: "127.0.0.1:4318", GRPCListen: "127.0.0.1:4317", JoinWindow: 2 * time.Minute},
 	}
 }
 

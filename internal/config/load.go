@@ -411,6 +411,16 @@ func (c *Config) Validate() error {
 			bad(p+".role", "must be admin or read; got %q", t.Role)
 		}
 	}
+	for _, l := range []struct{ k, v string }{{"otlp.http_listen", c.OTLP.HTTPListen}, {"otlp.grpc_listen", c.OTLP.GRPCListen}} {
+		if l.v != "" {
+			if _, _, err := splitHostPort(l.v); err != nil {
+				bad(l.k, "%v", err)
+			}
+		}
+	}
+	if c.OTLP.JoinWindow <= 0 {
+		bad("otlp.join_window", "must be positive")
+	}
 	if rc := c.ResponseCache; rc.Enabled {
 		if rc.TTL <= 0 {
 			bad("response_cache.ttl", "must be positive")

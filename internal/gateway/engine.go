@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
@@ -14,7 +15,10 @@ import (
 // one dialect into a record.EngineTiming. A span from vLLM arrives apart,
 // through the OTLP receiver, and is joined by trace id.
 
-var timingsKey = []byte(`"timings"`)
+var (
+	timingsKey = []byte(`"timings"`)
+	metricsKey = []byte(`"metrics"`)
+)
 
 // llamaTimings is llama.cpp server's timings object: top level in a
 // non-streamed answer, on the last chunk of a stream.
@@ -28,9 +32,20 @@ type llamaTimings struct {
 	} `json:"timings"`
 }
 
-// engineFromBody reads llama.cpp's timings from a body or chunk; nil when
-// absent (checked cheaply first, since most chunks carry none).
+// engineFromBody reads llama.cpp's timings, or newer vLLM's per-request
+// metrics (--enable-per-request-metrics), from a body or chunk; nil when
+// absent (checked cheaply first, since most chunks carry neither).
 func engineFromBody(data []byte) *record.EngineTiming {
+	if bytes.Contains(data, metricsKey) {
+		var v struct {
+			Metrics json.RawMessage `json:"metrics"`
+		}
+		if json.Unmarshal(data, &v) == nil && len(v.Metrics) > 0 {
+			if et, ok := otlp.ParsePerRequestMetrics(v.Metrics); ok {
+				return &et
+			}
+		}
+	}
 	if !bytes.Contains(data, timingsKey) {
 		return nil
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -57,6 +58,11 @@ type Options struct {
 	Prices *cost.Table
 	// Limiter enforces quotas at admission; nil means none.
 	Limiter quota.Limiter
+	// Joiner pairs vLLM's own span for a request (arriving through the
+	// OTLP receiver) with its Record; Amend receives timings that arrive
+	// after the Record was handed on. Nil: no span join.
+	Joiner *otlp.Joiner
+	Amend  func(requestID string, et record.EngineTiming)
 }
 
 // Gateway is the proxy.
@@ -77,7 +83,9 @@ type Gateway struct {
 	event    func(store.Event)
 	prices   *cost.Table
 	limiter  quota.Limiter
-	cache    *responseCache  // nil when disabled
+	cache    *responseCache // nil when disabled
+	joiner   *otlp.Joiner
+	amend    func(string, record.EngineTiming)
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -113,6 +121,8 @@ func New(o Options) (*Gateway, error) {
 		event:    o.Event,
 		prices:   o.Prices,
 		limiter:  o.Limiter,
+		joiner:   o.Joiner,
+		amend:    o.Amend,
 		checks:   make(chan tokenCheck, 64),
 		stop:     make(chan struct{}),
 	}
@@ -357,6 +367,7 @@ func (g *Gateway) finish(rec *record.Record) func(context.Context) error {
 	if rec.Usage.Source == "" {
 		rec.Usage.Source = record.SourceNone
 	}
+	g.joinEngine(rec)
 	rec.Finish()
 	g.rate(rec)
 	rec.Sampled = !rec.OK() || rec.Derived.E2E >= g.cfg.Sampling.Slow || g.sampleHit(rec.RequestID)
@@ -365,6 +376,39 @@ func (g *Gateway) finish(rec *record.Record) func(context.Context) error {
 	}
 	g.metrics.Observe(rec)
 	return g.sink(rec)
+}
+
+// joinEngine asks for vLLM's own span of this attempt (keyed by the trace
+// and the span id the gateway sent upstream). A span that already arrived
+// goes into the Record now; one that arrives later — vLLM batches its
+// exports — becomes an amendment of the stored row.
+func (g *Gateway) joinEngine(rec *record.Record) {
+	if g.joiner == nil || rec.EngineTiming != nil || rec.UpstreamStatus == 0 || rec.Engine != "vllm" {
+		return
+	}
+	var (
+		mu     sync.Mutex
+		sealed bool
+		early  *record.EngineTiming
+	)
+	id := rec.RequestID
+	g.joiner.Expect(rec.TraceID, rec.SpanID, func(et record.EngineTiming) {
+		mu.Lock()
+		late := sealed
+		if !late {
+			early = &et
+		}
+		mu.Unlock()
+		if late && g.amend != nil {
+			g.amend(id, et)
+		}
+	})
+	mu.Lock()
+	sealed = true
+	if early != nil {
+		rec.EngineTiming = early
+	}
+	mu.Unlock()
 }
 
 // commit finishes rec and waits, bounded, until it is durable: called

@@ -227,4 +227,9 @@ type Analytics interface {
 	Events(ctx context.Context, since time.Time, kind string, limit int) ([]Event, error)
 	// Prune deletes what the retention says is too old at now.
 	Prune(ctx context.Context, now time.Time, r Retention) (int64, error)
+	// SetEngineTiming amends a stored request with what its engine
+	// reported after it ended (a vLLM span arrives seconds later): the
+	// segments are recomputed and the rollups move with them. A request
+	// not (or no longer) stored is ignored.
+	SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error
 }

@@ -588,3 +588,40 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 	}
 	return total, nil
 }
+
+// SetEngineTiming amends one row and its rollups in one transaction.
+func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error {
+	recs, err := s.query(ctx, "SELECT "+selectColumns+" FROM requests WHERE request_id = ?", false, requestID)
+	if err != nil {
+		return fmt.Errorf("amend %q: %w", requestID, err)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	old := recs[0]
+	nr := *old
+	nr.EngineTiming = &et
+	nr.Finish()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("amend %q: %w", requestID, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	sets := []string{"engine_timing = ?"}
+	args := []any{engineJSON(nr.EngineTiming)}
+	for _, n := range record.SegmentNames {
+		sets = append(sets, "seg_"+n+"_ns = ?")
+		args = append(args, int64(nr.Derived.Segments.Get(n)))
+	}
+	args = append(args, requestID)
+	if _, err := tx.ExecContext(ctx, "UPDATE requests SET "+strings.Join(sets, ", ")+" WHERE request_id = ?", args...); err != nil {
+		return fmt.Errorf("amend %q: %w", requestID, err)
+	}
+	acc := newRollupAcc(s.loc)
+	acc.add(old, -1)
+	acc.add(&nr, +1)
+	if err := acc.flush(ctx, tx, s.upserts); err != nil {
+		return fmt.Errorf("amend %q: %w", requestID, err)
+	}
+	return tx.Commit()
+}

@@ -38,6 +38,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"Events", testEvents},
 		{"Prune", testPrune},
 		{"BadDimension", testBadDimension},
+		{"SetEngineTiming", testSetEngineTiming},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -343,5 +344,40 @@ func testBadDimension(t *testing.T, s AnalyticsStore) {
 	}
 	if _, err := s.Report(context.Background(), store.ReportQuery{Where: map[store.Dim]string{store.DimDay: "2026-03-01"}}); err == nil {
 		t.Error("Report accepted a filter on day (use From/To)")
+	}
+}
+
+func testSetEngineTiming(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	recs := billed(10)
+	insert(t, s, recs...)
+	r := recs[3]
+	et := record.EngineTiming{Signal: "vllm-span", Queue: 20 * time.Millisecond, Prefill: 50 * time.Millisecond, Decode: 600 * time.Millisecond}
+	if err := s.SetEngineTiming(ctx, r.RequestID, et); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetEngineTiming(ctx, "no-such-request", et); err != nil {
+		t.Errorf("amending an unknown request: %v, want it ignored", err)
+	}
+	got, err := s.Request(ctx, r.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *r
+	want.EngineTiming = &et
+	want.Finish()
+	if diff := cmp.Diff(want.Derived.Segments, got[0].Derived.Segments); diff != "" || got[0].EngineTiming == nil || *got[0].EngineTiming != et {
+		t.Errorf("amended row (-want +got):\n%s", diff)
+	}
+	// The rollups carry the new segments: sums equal the amended ledger.
+	amended := make([]*record.Record, len(recs))
+	for i, x := range recs {
+		amended[i] = x
+	}
+	amended[3] = &want
+	wantSums := sums(amended, func(*record.Record) string { return "" })
+	gotSums := reportMap(t, s, store.ReportQuery{})
+	if diff := cmp.Diff(wantSums, gotSums); diff != "" {
+		t.Errorf("rollups after amendment (-want +got):\n%s", diff)
 	}
 }
