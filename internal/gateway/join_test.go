@@ -92,7 +92,10 @@ func TestJoinSpanAfterResponseEnds(t *testing.T) {
 		t.Fatalf("amendment for %q, want %q", a.id, r.RequestID)
 	}
 	st := se.statsFor(t, r)
-	near := func(got, want time.Duration) bool { d := got - want; return d < time.Microsecond && d > -time.Microsecond }
+	near := func(got, want time.Duration) bool {
+		d := got - want
+		return d < time.Microsecond && d > -time.Microsecond
+	}
 	if !near(a.et.Queue, st.Queue) || !near(a.et.Prefill, st.Prefill) || !near(a.et.Decode, st.Decode) || a.et.CompletionTokens != 12 {
 		t.Errorf("joined timing %+v, engine's own %+v", a.et, st)
 	}
