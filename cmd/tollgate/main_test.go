@@ -74,6 +74,15 @@ func TestDemo(t *testing.T) {
 	if len(users) < 2 {
 		t.Errorf("demo traffic came from %d users, want several", len(users))
 	}
+	st, err := sqlite.Open(context.Background(), db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := st.EngineSamples(context.Background(), time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "sim")
+	st.Close()
+	if err != nil || len(samples) == 0 || !samples[0].Up {
+		t.Errorf("engine samples after the demo: %d (err %v), want the simulator scraped", len(samples), err)
+	}
 	for _, want := range []string{"/metrics", "requests --db " + db} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)

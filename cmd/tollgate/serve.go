@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/scrape"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/web"
@@ -126,7 +127,36 @@ func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func(
 }
 
 func retention(r config.Retention) store.Retention {
-	return store.Retention{Details: r.Details, Ledger: r.Ledger, Minute: r.Minute, Hour: r.Hour, Day: r.Day, Events: r.Events}
+	return store.Retention{Details: r.Details, Ledger: r.Ledger, Minute: r.Minute, Hour: r.Hour, Day: r.Day, Events: r.Events, Engine: r.Minute}
+}
+
+// scrapeEngines reads each upstream's own /metrics into time series for
+// the diagnostics view, off the request path.
+func scrapeEngines(ctx context.Context, cfg *config.Config, a store.Analytics, log *slog.Logger, reg prometheus.Registerer) {
+	var targets []scrape.Target
+	for _, u := range cfg.Upstreams {
+		if !scrape.Scrapable(u.Engine) {
+			continue
+		}
+		url, err := scrape.MetricsURL(u.URL)
+		if err != nil {
+			log.Warn("no metrics URL for upstream", "upstream", u.Name, "err", err)
+			continue
+		}
+		targets = append(targets, scrape.Target{Upstream: u.Name, Engine: u.Engine, URL: url, APIKey: u.APIKey})
+	}
+	sink := func(ss []scrape.Sample) {
+		out := make([]store.EngineSample, len(ss))
+		for i, s := range ss {
+			out[i] = store.EngineSample{At: s.At, Upstream: s.Upstream, Model: s.Model, Up: s.Up, Running: s.Running, Waiting: s.Waiting,
+				KVCacheUsage: s.KVCacheUsage, PrefixCacheHitRate: s.PrefixCacheHitRate, TTFTP50: s.TTFTP50, TTFTP95: s.TTFTP95, TTFTP99: s.TTFTP99,
+				PromptTokensPerS: s.PromptTokensPerS, GenerationTokensPerS: s.GenerationTokensPerS}
+		}
+		if err := a.AddEngineSamples(ctx, out); err != nil && ctx.Err() == nil {
+			log.Warn("could not store engine samples", "err", err)
+		}
+	}
+	_ = scrape.New(targets, cfg.EngineMetrics.Interval, sink, log, reg).Run(ctx)
 }
 
 // prune enforces the retention hourly, starting a minute after start-up so
@@ -287,6 +317,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
+	}
+	if cfg.EngineMetrics.Interval > 0 {
+		go scrapeEngines(pruneCtx, cfg, st, log.With("component", "scrape"), reg)
 	}
 
 	var inflight sync.WaitGroup

@@ -42,6 +42,14 @@ type Config struct {
 	// OTLP is the trace receiver engines send their own spans to (vLLM:
 	// --otlp-traces-endpoint http://HOST:4318/v1/traces, or grpc://HOST:4317).
 	OTLP OTLP `yaml:"otlp"`
+	// EngineMetrics scrapes each upstream's own /metrics (vllm:*, sglang:*,
+	// llamacpp:*, tgi_*) into time series; 0 turns it off.
+	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
+}
+
+// EngineMetrics configures the scrape of engines' /metrics.
+type EngineMetrics struct {
+	Interval time.Duration `yaml:"interval"`
 }
 
 // OTLP configures the trace receiver. An empty address turns a listener off.
@@ -278,6 +286,7 @@ func Default() *Config {
 		Metrics:       Metrics{MaxModels: 64},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},
 		OTLP:          OTLP{HTTPListen: "127.0.0.1:4318", GRPCListen: "127.0.0.1:4317", JoinWindow: 2 * time.Minute},
+		EngineMetrics: EngineMetrics{Interval: 15 * time.Second},
 	}
 }
 

@@ -418,6 +418,9 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if c.EngineMetrics.Interval < 0 {
+		bad("engine_metrics.interval", "must not be negative (0 turns scraping off)")
+	}
 	if c.OTLP.JoinWindow <= 0 {
 		bad("otlp.join_window", "must be positive")
 	}

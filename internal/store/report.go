@@ -207,6 +207,7 @@ type Retention struct {
 	Day      time.Duration // per-day rollups and prompt statistics
 	Events   time.Duration
 	Captures time.Duration
+	Engine   time.Duration // engine metric samples
 }
 
 // Analytics is what reports, quotas and retention need from a store
@@ -232,4 +233,22 @@ type Analytics interface {
 	// segments are recomputed and the rollups move with them. A request
 	// not (or no longer) stored is ignored.
 	SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error
+	// AddEngineSamples stores engines' own gauges as time series;
+	// EngineSamples reads them back, oldest first ("" = every upstream).
+	AddEngineSamples(ctx context.Context, ss []EngineSample) error
+	EngineSamples(ctx context.Context, from, to time.Time, upstream string) ([]EngineSample, error)
+}
+
+// EngineSample is one scrape of an engine's /metrics, normalised across
+// engines. NaN means unknown (not reported, or no data in the interval).
+type EngineSample struct {
+	At                        time.Time
+	Upstream, Model           string
+	Up                        bool
+	Running, Waiting          float64
+	KVCacheUsage              float64 // 0–1
+	PrefixCacheHitRate        float64 // 0–1 over the interval
+	TTFTP50, TTFTP95, TTFTP99 float64 // seconds, over the interval
+	PromptTokensPerS          float64
+	GenerationTokensPerS      float64
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -61,6 +62,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/requests", a.read(a.listRequests))
 	a.mux.HandleFunc("GET /api/v1/requests/{id}", a.read(a.getRequest))
 	a.mux.HandleFunc("GET /api/v1/events", a.read(a.listEvents))
+	a.mux.HandleFunc("GET /api/v1/engine", a.read(a.engineSamples))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -253,4 +255,48 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 		out = append(out, ev{e.At, e.Kind, e.Subject, e.Message, data})
 	}
 	writeJSON(w, map[string]any{"events": out})
+}
+
+// engineSamples: GET /api/v1/engine?from=&to=&upstream= — engines' own
+// gauges over time (running, waiting, KV-cache use, hit rate, TTFT).
+func (a *API) engineSamples(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 1)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_period", err.Error())
+		return
+	}
+	ss, err := a.o.Store.EngineSamples(r.Context(), from, to, q.Get("upstream"))
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read engine samples")
+		return
+	}
+	// JSON has no NaN: an unknown value is null.
+	num := func(f float64) *float64 {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil
+		}
+		return &f
+	}
+	type sample struct {
+		At                  time.Time `json:"at"`
+		Upstream            string    `json:"upstream"`
+		Model               string    `json:"model"`
+		Up                  bool      `json:"up"`
+		Running             *float64  `json:"running"`
+		Waiting             *float64  `json:"waiting"`
+		KVCacheUsage        *float64  `json:"kv_cache_usage"`
+		PrefixCacheHitRate  *float64  `json:"prefix_cache_hit_rate"`
+		TTFTP50             *float64  `json:"ttft_p50_s"`
+		TTFTP95             *float64  `json:"ttft_p95_s"`
+		TTFTP99             *float64  `json:"ttft_p99_s"`
+		PromptTokensPerS    *float64  `json:"prompt_tokens_per_s"`
+		GenerationTokensPer *float64  `json:"generation_tokens_per_s"`
+	}
+	out := make([]sample, 0, len(ss))
+	for _, e := range ss {
+		out = append(out, sample{e.At, e.Upstream, e.Model, e.Up, num(e.Running), num(e.Waiting), num(e.KVCacheUsage), num(e.PrefixCacheHitRate),
+			num(e.TTFTP50), num(e.TTFTP95), num(e.TTFTP99), num(e.PromptTokensPerS), num(e.GenerationTokensPerS)})
+	}
+	writeJSON(w, map[string]any{"samples": out})
 }

@@ -107,6 +107,16 @@ var migrations = []string{
 	migration3,
 	// 4: latency segments.
 	migration4,
+	// 5: engines' own metrics as time series.
+	`CREATE TABLE engine_samples (
+		at         INTEGER NOT NULL,
+		upstream   TEXT NOT NULL,
+		model      TEXT NOT NULL DEFAULT '',
+		up         INTEGER NOT NULL,
+		running    REAL, waiting REAL, kv_cache_usage REAL, prefix_cache_hit_rate REAL,
+		ttft_p50 REAL, ttft_p95 REAL, ttft_p99 REAL, prompt_tps REAL, generation_tps REAL
+	) STRICT;
+	CREATE INDEX engine_samples_at ON engine_samples (upstream, at);`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -39,6 +41,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"Prune", testPrune},
 		{"BadDimension", testBadDimension},
 		{"SetEngineTiming", testSetEngineTiming},
+		{"EngineSamples", testEngineSamples},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -379,5 +382,28 @@ func testSetEngineTiming(t *testing.T, s AnalyticsStore) {
 	gotSums := reportMap(t, s, store.ReportQuery{})
 	if diff := cmp.Diff(wantSums, gotSums); diff != "" {
 		t.Errorf("rollups after amendment (-want +got):\n%s", diff)
+	}
+}
+
+func testEngineSamples(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	nan := math.NaN()
+	ss := []store.EngineSample{
+		{At: day0, Upstream: "a", Model: "m", Up: true, Running: 3, Waiting: 1, KVCacheUsage: 0.5, PrefixCacheHitRate: nan, TTFTP50: 0.1, TTFTP95: 0.2, TTFTP99: 0.3, PromptTokensPerS: 100, GenerationTokensPerS: 50},
+		{At: day0.Add(time.Minute), Upstream: "a", Up: false, Running: nan, Waiting: nan, KVCacheUsage: nan, PrefixCacheHitRate: nan, TTFTP50: nan, TTFTP95: nan, TTFTP99: nan, PromptTokensPerS: nan, GenerationTokensPerS: nan},
+		{At: day0, Upstream: "b", Up: true, Running: 1},
+	}
+	if err := s.AddEngineSamples(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.EngineSamples(ctx, day0, day0.Add(time.Hour), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ss[:2], got, cmpopts.EquateNaNs()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if all, _ := s.EngineSamples(ctx, day0, day0.Add(time.Hour), ""); len(all) != 3 {
+		t.Errorf("all upstreams: %d samples, want 3", len(all))
 	}
 }
