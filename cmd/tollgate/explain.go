@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -22,15 +21,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "tollgate explain: give exactly one request id")
 		return errUsage
 	}
-	st, err := openLedgerIn(ctx, *db, time.UTC)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	recs, err := st.Request(ctx, fs.Arg(0))
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no request %q in %s", fs.Arg(0), *db)
-	}
+	recs, err := loadRequest(ctx, *db, fs.Arg(0))
 	if err != nil {
 		return err
 	}

@@ -90,15 +90,7 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "tollgate requests show: give exactly one request id")
 		return errUsage
 	}
-	st, err := openLedger(ctx, *db)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	recs, err := st.Request(ctx, fs.Arg(0))
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no request %q in %s", fs.Arg(0), *db)
-	}
+	recs, err := loadRequest(ctx, *db, fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -118,6 +110,20 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 		printReport(stdout, r)
 	}
 	return nil
+}
+
+// loadRequest reads every attempt of one request from an existing ledger.
+func loadRequest(ctx context.Context, db, id string) ([]*record.Record, error) {
+	st, err := openLedger(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	recs, err := st.Request(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("no request %q in %s", id, db)
+	}
+	return recs, err
 }
 
 // openLedger opens an existing ledger; it refuses to create an empty one

@@ -1,39 +1,23 @@
 package gateway
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
-	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 )
 
-// gatewayWith is newTestGateway with prices and a limiter.
+// gatewayWith is the test gateway with prices and a limiter.
 func gatewayWith(t *testing.T, cfg *config.Config, prices *cost.Table, lim quota.Limiter) *testGateway {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	tg := &testGateway{Records: make(chan *record.Record, 1024), Reg: reg}
-	g, err := New(Options{Config: cfg, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(reg, nil, 8),
-		Sink: func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil }, Prices: prices, Limiter: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg.G = g
-	srv := newServer(t, g)
-	tg.URL = srv
-	return tg
+	return newTestGatewayWith(t, cfg, func(o *Options) { o.Prices, o.Limiter = prices, lim })
 }
 
 func mustTable(t *testing.T, yml string) *cost.Table {

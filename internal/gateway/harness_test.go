@@ -32,6 +32,12 @@ type testGateway struct {
 }
 
 func newTestGateway(t testing.TB, cfg *config.Config) *testGateway {
+	return newTestGatewayWith(t, cfg, nil)
+}
+
+// newTestGatewayWith lets a test add options (prices, a limiter, a span
+// joiner) to the test gateway; records and events still go to channels.
+func newTestGatewayWith(t testing.TB, cfg *config.Config, with func(*Options)) *testGateway {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config: %v", err)
@@ -42,13 +48,17 @@ func newTestGateway(t testing.TB, cfg *config.Config) *testGateway {
 	for _, u := range cfg.Upstreams {
 		names = append(names, u.Models...)
 	}
-	g, err := New(Options{
+	o := Options{
 		Config:  cfg,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(reg, names, cfg.Metrics.MaxModels),
 		Sink:    func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil },
 		Event:   func(e store.Event) { tg.Events <- e },
-	})
+	}
+	if with != nil {
+		with(&o)
+	}
+	g, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +277,4 @@ func (tg *testGateway) waitCounter(t testing.TB, model string) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
-}
-
-func newServer(t testing.TB, g *Gateway) string {
-	srv := httptest.NewServer(g.Handler())
-	t.Cleanup(func() { srv.Close(); g.Close() })
-	return srv.URL
 }

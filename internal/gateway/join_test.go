@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
@@ -24,7 +20,8 @@ type amendment struct {
 	et record.EngineTiming
 }
 
-// joinGateway is a gateway with a span joiner fed by a real OTLP receiver.
+// joinGateway is a gateway with a span joiner fed by a real OTLP receiver;
+// late timings arrive on the returned channel.
 func joinGateway(t *testing.T, upstreamURL string) (*testGateway, *otlp.Joiner, string, chan amendment) {
 	t.Helper()
 	joiner := otlp.NewJoiner(time.Minute, 1000, nil)
@@ -32,17 +29,9 @@ func joinGateway(t *testing.T, upstreamURL string) (*testGateway, *otlp.Joiner, 
 	otlpSrv := httptest.NewServer(recv.Handler())
 	t.Cleanup(otlpSrv.Close)
 	amends := make(chan amendment, 64)
-	cfg := testConfig(upstreamURL)
-	reg := prometheus.NewRegistry()
-	tg := &testGateway{Records: make(chan *record.Record, 64), Reg: reg}
-	g, err := New(Options{Config: cfg, Log: slog.New(slog.DiscardHandler), Metrics: metrics.New(reg, nil, 8),
-		Sink:   func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil },
-		Joiner: joiner, Amend: func(id string, et record.EngineTiming) { amends <- amendment{id, et} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg.G = g
-	tg.URL = newServer(t, g)
+	tg := newTestGatewayWith(t, testConfig(upstreamURL), func(o *Options) {
+		o.Joiner, o.Amend = joiner, func(id string, et record.EngineTiming) { amends <- amendment{id, et} }
+	})
 	return tg, joiner, otlpSrv.URL, amends
 }
 
@@ -110,24 +99,19 @@ func TestJoinSpanAfterResponseEnds(t *testing.T) {
 
 func joinGatewayWithSim(t *testing.T) (*testGateway, *simEngine, chan amendment) {
 	t.Helper()
+	// The simulator needs the receiver's address before the gateway exists:
+	// build the receiver side first, then point a gateway at the simulator.
 	joiner := otlp.NewJoiner(time.Minute, 1000, nil)
 	recv := otlp.NewReceiver(joiner.Offer, slog.New(slog.DiscardHandler), nil)
 	otlpSrv := httptest.NewServer(recv.Handler())
 	t.Cleanup(otlpSrv.Close)
 	se := startSim(t, sim.Config{OTLPEndpoint: otlpSrv.URL, MaxRunning: 1, DecodeBase: time.Millisecond})
-	amends := make(chan amendment, 64)
 	cfg := testConfig(se.URL)
 	cfg.Upstreams[0].Models = []string{simModel}
-	reg := prometheus.NewRegistry()
-	tg := &testGateway{Records: make(chan *record.Record, 64), Reg: reg}
-	g, err := New(Options{Config: cfg, Log: slog.New(slog.DiscardHandler), Metrics: metrics.New(reg, nil, 8),
-		Sink:   func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil },
-		Joiner: joiner, Amend: func(id string, et record.EngineTiming) { amends <- amendment{id, et} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg.G = g
-	tg.URL = newServer(t, g)
+	amends := make(chan amendment, 64)
+	tg := newTestGatewayWith(t, cfg, func(o *Options) {
+		o.Joiner, o.Amend = joiner, func(id string, et record.EngineTiming) { amends <- amendment{id, et} }
+	})
 	return tg, se, amends
 }
 
