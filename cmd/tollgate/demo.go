@@ -44,11 +44,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "tollgate demo: --rate must be positive")
 		return errUsage
 	}
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	// 1. The simulated engine (a vLLM stand-in), on vLLM's port if free.
@@ -108,7 +103,13 @@ Try, in another terminal:
 
 `, sa, ga, *db, demoModel)
 
-	// 3. Sample traffic until the demo is stopped.
+	// 3. Sample traffic until the demo is stopped; --duration counts from
+	// here, so a slow start-up does not eat it.
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
 	sent, failed := demoTraffic(ctx, "http://"+ga, *rate, stdout)
 	stopGW()
 	if err := <-gwDone; err != nil {
