@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +39,7 @@ func TestGoldenTranscripts(t *testing.T) {
 		{"reasoning_keepalive", "/v1/chat/completions", chatBody, true},
 		{"tool_calls", "/v1/chat/completions", `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"stream":true}`, true},
 		{"engine_error", "/v1/chat/completions", chatBody, true},
+		{"llamacpp_timings", "/v1/chat/completions", chatBody, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,4 +153,36 @@ func checkInvariants(t *testing.T, r *record.Record) {
 			t.Errorf("timeline not increasing: %v", r.Timeline)
 		}
 	}
+}
+
+// TestGoldenTGIHeaders: TGI's timing headers on a non-streamed answer
+// become the engine's segments: queue 12ms; 50ms of inference of which
+// 9 generated tokens − 1 at 4ms each are decode, the rest prefill.
+func TestGoldenTGIHeaders(t *testing.T) {
+	up := newTranscriptUpstream(t, "")
+	up.ctype, up.rawBody = "application/json", nonStreamBody
+	tgi := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Queue-Time", "12")
+		h.Set("X-Inference-Time", "50")
+		h.Set("X-Time-Per-Token", "4")
+		h.Set("X-Prompt-Tokens", "9")
+		h.Set("X-Generated-Tokens", "9")
+		_, _ = io.WriteString(w, nonStreamBody)
+	}))
+	defer tgi.Close()
+	cfg := testConfig(tgi.URL + "/v1")
+	cfg.Upstreams[0].Engine = "tgi"
+	tg := newTestGateway(t, cfg)
+	readAll(t, post(t, tg.URL+"/v1/chat/completions", chatReq, nil))
+	r := tg.next(t)
+	want := &record.EngineTiming{Signal: "tgi-headers", Queue: 12 * time.Millisecond, Inference: 50 * time.Millisecond,
+		Decode: 32 * time.Millisecond, Prefill: 18 * time.Millisecond, TTFT: 30 * time.Millisecond, PromptTokens: 9, CompletionTokens: 9}
+	if diff := cmp.Diff(want, r.EngineTiming); diff != "" {
+		t.Errorf("engine timing (-want +got):\n%s", diff)
+	}
+	checkGolden(t, filepath.Join("testdata/sse", "tgi_headers.record.json"), goldenRecord(t, r))
+	checkInvariants(t, r)
 }
