@@ -32,6 +32,10 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== Jaeger v2 for the trace-export test (a separate module; minutes on a cold machine)"
+TOLLGATE_JAEGER=$(tools/jaeger/build.sh)
+export TOLLGATE_JAEGER
+
 echo "== go test -race"
 go test -race -count=1 ./...
 

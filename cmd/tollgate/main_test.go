@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -383,5 +384,41 @@ func TestTokensCountGolden(t *testing.T) {
 		if err := runTokens(context.Background(), args, strings.NewReader("x"), io.Discard, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// TestServeExportsTraces: with trace_export set, serve sends the request's
+// span (protobuf OTLP/HTTP) and flushes it on shutdown.
+func TestServeExportsTraces(t *testing.T) {
+	got := make(chan string, 16)
+	otlpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- fmt.Sprintf("%s %s %d", r.URL.Path, r.Header.Get("Content-Type"), len(b))
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer otlpSrv.Close()
+	up := startSimServer(t, sim.Config{})
+	cfg := shutdownConfig(t, up, 5*time.Second)
+	cfg.TraceExport.Endpoint = otlpSrv.URL
+	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = "", ""
+	addr, cancel, wait := startServe(t, cfg)
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	cancel()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if !strings.HasPrefix(s, "/v1/traces application/x-protobuf") {
+			t.Errorf("export = %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no span exported")
 	}
 }

@@ -23,9 +23,11 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/scrape"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/traceexport"
 	"github.com/tollgate-dev/tollgate/internal/web"
 )
 
@@ -276,6 +278,23 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	stopOTLP := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
 	defer stopOTLP()
 
+	// Trace export: a span per request, to any OTLP backend, when set.
+	var export func(*record.Record)
+	if te := cfg.TraceExport; te.Endpoint != "" {
+		ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio},
+			log.With("component", "trace-export"))
+		if err != nil {
+			stopWriter()
+			return err
+		}
+		export = ex.Export
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ex.Shutdown(sctx)
+		}()
+	}
+
 	// Gateway: the proxy, its metrics, and the writer as its sink.
 	var models []string
 	for _, u := range cfg.Upstreams {
@@ -293,6 +312,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Limiter:        limiter,
 		Joiner:         joiner,
 		Amend:          lg.amend,
+		Export:         export,
 	})
 	if err != nil {
 		stopWriter()

@@ -45,6 +45,16 @@ type Config struct {
 	// EngineMetrics scrapes each upstream's own /metrics (vllm:*, sglang:*,
 	// llamacpp:*, tgi_*) into time series; 0 turns it off.
 	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
+	// TraceExport sends one OTLP span per request (GenAI conventions, a
+	// child per latency segment) to a tracing backend; off when empty.
+	TraceExport TraceExport `yaml:"trace_export"`
+}
+
+// TraceExport configures the OTLP/HTTP span export.
+type TraceExport struct {
+	Endpoint    string            `yaml:"endpoint"` // e.g. http://jaeger:4318
+	Headers     map[string]string `yaml:"headers"`
+	SampleRatio float64           `yaml:"sample_ratio"`
 }
 
 // EngineMetrics configures the scrape of engines' /metrics.

@@ -418,6 +418,14 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if te := c.TraceExport; te.Endpoint != "" {
+		if u, err := url.Parse(te.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("trace_export.endpoint", "must be an http(s) URL such as http://127.0.0.1:4318; got %q", te.Endpoint)
+		}
+		if te.SampleRatio < 0 || te.SampleRatio > 1 {
+			bad("trace_export.sample_ratio", "must be between 0 and 1; got %v", te.SampleRatio)
+		}
+	}
 	if c.EngineMetrics.Interval < 0 {
 		bad("engine_metrics.interval", "must not be negative (0 turns scraping off)")
 	}

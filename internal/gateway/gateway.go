@@ -63,6 +63,9 @@ type Options struct {
 	// after the Record was handed on. Nil: no span join.
 	Joiner *otlp.Joiner
 	Amend  func(requestID string, et record.EngineTiming)
+	// Export receives every finished Record for trace export; it must not
+	// block. Nil: no export.
+	Export func(*record.Record)
 }
 
 // Gateway is the proxy.
@@ -86,6 +89,7 @@ type Gateway struct {
 	cache    *responseCache // nil when disabled
 	joiner   *otlp.Joiner
 	amend    func(string, record.EngineTiming)
+	export   func(*record.Record)
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -122,6 +126,7 @@ func New(o Options) (*Gateway, error) {
 		prices:   o.Prices,
 		limiter:  o.Limiter,
 		joiner:   o.Joiner,
+		export:   o.Export,
 		amend:    o.Amend,
 		checks:   make(chan tokenCheck, 64),
 		stop:     make(chan struct{}),
@@ -375,6 +380,9 @@ func (g *Gateway) finish(rec *record.Record) func(context.Context) error {
 		rec.Timeline = nil
 	}
 	g.metrics.Observe(rec)
+	if g.export != nil {
+		g.export(rec)
+	}
 	return g.sink(rec)
 }
 
