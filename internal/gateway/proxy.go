@@ -269,8 +269,11 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					rec.Marks.LastUpstreamToken = ex.since()
 					cwAtLast = rec.ClientWrite
 				}
-				if et := engineFromBody(ev.Data); et != nil {
-					rec.EngineTiming = et
+				// Engines put their timings on the final chunks only.
+				if c.FinishReason != "" || c.Usage != nil {
+					if et := engineFromBody(ev.Data); et != nil {
+						rec.EngineTiming = et
+					}
 				}
 			}
 		}
