@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
-	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
@@ -212,4 +211,3 @@ func TestGroupedAndRender(t *testing.T) {
 }
 
 var _ Source = (*sqlite.Store)(nil)
-var _ = store.DimUser
