@@ -571,6 +571,32 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Engine, "DELETE FROM engine_samples WHERE rowid IN (SELECT rowid FROM engine_samples WHERE at < ? LIMIT 5000)", ns},
 	}
 	var total int64
+	// Most prompts are sent once: prompt_day would otherwise hold nearly a
+	// row per request. Once a day has closed, only prompts seen more than
+	// once (what the waste report looks for) are kept; a day at a time, so
+	// the writer is never held long.
+	rows, err := s.w.QueryContext(ctx, "SELECT DISTINCT bucket FROM prompt_day WHERE bucket < ?", now.In(s.loc).Format(time.DateOnly))
+	if err != nil {
+		return 0, fmt.Errorf("prune single prompts: %w", err)
+	}
+	var days []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune single prompts: %w", err)
+		}
+		days = append(days, d)
+	}
+	rows.Close()
+	for _, d := range days {
+		res, err := s.w.ExecContext(ctx, "DELETE FROM prompt_day WHERE bucket = ? AND requests <= 1", d)
+		if err != nil {
+			return total, fmt.Errorf("prune single prompts: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
 	for _, j := range jobs {
 		if j.keep <= 0 {
 			continue

@@ -327,6 +327,25 @@ func testPrune(t *testing.T, s AnalyticsStore) {
 			}
 		}
 	}
+	// Single-use prompts of closed days are gone; repeated ones stay.
+	perDay := map[string]int64{}
+	for _, r := range recs {
+		perDay[fmt.Sprintf("%s|%s|%s|%s|%s", r.Arrival.UTC().Format(time.DateOnly), r.PromptSHA256, r.Model, r.TemplateID, r.Cost.Currency)]++
+	}
+	var kept int64
+	for _, n := range perDay {
+		if n > 1 {
+			kept += n
+		}
+	}
+	rows, err := s.Prompts(ctx, time.Time{}, time.Time{}, 1, 1000)
+	var got int64
+	for _, r := range rows {
+		got += r.Requests
+	}
+	if err != nil || got != kept || kept == 0 {
+		t.Errorf("prompt rows after pruning count %d requests (err %v), want %d (the repeated ones)", got, err, kept)
+	}
 	// Rollups outlive the ledger: reports over the pruned days still add up.
 	if got := reportMap(t, s, store.ReportQuery{}); sumRequests(got) != 90 {
 		t.Errorf("rollups after pruning the ledger count %d requests, want 90", sumRequests(got))
