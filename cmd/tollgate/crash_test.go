@@ -182,6 +182,23 @@ func ledgerIDs(t *testing.T, db string) (map[string]int, int64) {
 	return ids, rolled
 }
 
+// checkLedger asserts that every request the client saw complete has
+// exactly one ledger row and that the rollups count the rows, nothing
+// twice; it returns the number of rows.
+func checkLedger(t *testing.T, db string, ids []string) int {
+	t.Helper()
+	got, rolled := ledgerIDs(t, db)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("request %s the client saw complete has %d ledger rows, want 1", id, got[id])
+		}
+	}
+	if int64(len(got)) != rolled {
+		t.Errorf("ledger has %d rows, rollups count %d requests", len(got), rolled)
+	}
+	return len(got)
+}
+
 // TestCrashSIGKILL: load through a gateway process, SIGKILL it mid-run,
 // restart it: every request the client saw complete has exactly one ledger
 // row — none lost, none doubled — and the rollups agree with the rows.
@@ -223,16 +240,8 @@ func TestCrashSIGKILL(t *testing.T) {
 	if err := g2.cmd.Wait(); err != nil {
 		t.Fatalf("restarted gateway exited with %v:\n%s", err, g2.log)
 	}
-	got, rolled := ledgerIDs(t, db)
-	for _, id := range ids {
-		if got[id] != 1 {
-			t.Errorf("request %s the client saw complete has %d ledger rows, want 1", id, got[id])
-		}
-	}
-	if int64(len(got)) != rolled {
-		t.Errorf("ledger has %d rows, rollups count %d requests", len(got), rolled)
-	}
-	t.Logf("%d requests completed before SIGKILL, all in the ledger after restart (%d rows in all)", len(ids), len(got))
+	n := checkLedger(t, db, ids)
+	t.Logf("%d requests completed before SIGKILL, all in the ledger after restart (%d rows in all)", len(ids), n)
 }
 
 // TestShutdownSIGTERM: SIGTERM under load drains in-flight requests and
@@ -255,14 +264,6 @@ func TestShutdownSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gateway exited with %v:\n%s", err, g.log)
 	}
-	got, rolled := ledgerIDs(t, db)
-	for _, id := range ids {
-		if got[id] != 1 {
-			t.Errorf("request %s has %d ledger rows, want 1", id, got[id])
-		}
-	}
-	if int64(len(got)) != rolled {
-		t.Errorf("ledger has %d rows, rollups count %d", len(got), rolled)
-	}
-	t.Logf("%d requests completed; %d ledger rows after SIGTERM", len(ids), len(got))
+	n := checkLedger(t, db, ids)
+	t.Logf("%d requests completed; %d ledger rows after SIGTERM", len(ids), n)
 }

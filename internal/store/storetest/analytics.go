@@ -27,10 +27,7 @@ type AnalyticsStore interface {
 // the ledger rows it covers — whatever the grouping, after replays, after
 // re-rating — for a backend whose report time zone is UTC.
 func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s AnalyticsStore)
-	}{
+	runEach(t, open, []namedTest[AnalyticsStore]{
 		{"ReportEqualsLedgerSums", testReportSums},
 		{"ReportIdempotent", testReportIdempotent},
 		{"ReportRanges", testReportRanges},
@@ -42,18 +39,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"BadDimension", testBadDimension},
 		{"SetEngineTiming", testSetEngineTiming},
 		{"EngineSamples", testEngineSamples},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := open(t)
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("Close: %v", err)
-				}
-			})
-			tt.fn(t, s)
-		})
-	}
+	})
 }
 
 // day0 is a UTC midnight; analytics records arrive over three days.

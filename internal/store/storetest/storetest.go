@@ -24,10 +24,7 @@ import (
 // Run runs the suite. open must return a new, empty Store each time it is
 // called; Run closes it when the subtest ends.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runEach(t, open, []namedTest[store.Store]{
 		{"RoundTrip", testRoundTrip},
 		{"RequestsHasNoTimeline", testRequestsHasNoTimeline},
 		{"Idempotent", testIdempotent},
@@ -39,7 +36,16 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CancelledInsert", testCancelledInsert},
 		{"ConcurrentInsert", testConcurrentInsert},
 		{"LargeBatch", testLargeBatch},
-	}
+	})
+}
+
+type namedTest[S store.Store] struct {
+	name string
+	fn   func(t *testing.T, s S)
+}
+
+// runEach runs each test as a subtest on a new store, closed at its end.
+func runEach[S store.Store](t *testing.T, open func(t *testing.T) S, tests []namedTest[S]) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := open(t)
