@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
@@ -211,3 +214,48 @@ func TestGroupedAndRender(t *testing.T) {
 }
 
 var _ Source = (*sqlite.Store)(nil)
+
+// allMeasures is a Source that ignores the reports' choice of measures.
+type allMeasures struct{ *sqlite.Store }
+
+func (a allMeasures) Report(ctx context.Context, q store.ReportQuery) ([]store.ReportRow, error) {
+	q.Measures = nil
+	return a.Store.Report(ctx, q)
+}
+
+// TestMeasuresSuffice: every report gives the same result whether it reads
+// only the measures it asks for or all of them, so none reads a sum it
+// did not ask for (which would be zero).
+func TestMeasuresSuffice(t *testing.T) {
+	var reqs []req
+	for i := range 60 {
+		fin := "stop"
+		if i%4 == 0 {
+			fin = "length"
+		}
+		prompt := ""
+		if i%3 == 0 {
+			prompt = "same"
+		}
+		reqs = append(reqs, req{user: fmt.Sprintf("u%d", i%5), biz: fmt.Sprintf("b%d", i%2), model: fmt.Sprintf("m%d", i%2),
+			tmpl: fmt.Sprintf("t%d", i%3), prompt: prompt, finish: fin, in: int64(100 + i*50), cached: int64(i * 7), out: int64(20 + i),
+			costNanos: int64(1000 + i*13), day: i%14 - 7})
+	}
+	s := seed(t, reqs)
+	for _, k := range Kinds {
+		got, err := Run(context.Background(), s, k.Name, week(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Run(context.Background(), allMeasures{s}, k.Name, week(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Rows) == 0 {
+			t.Errorf("%s: no rows; the check needs some", k.Name)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s with only its measures differs from all measures (-all +own):\n%s", k.Name, diff)
+		}
+	}
+}

@@ -42,6 +42,10 @@ type ReportQuery struct {
 	// example UTC days to match a provider's bill); hour rollups are then
 	// folded in it.
 	Zone *time.Location
+	// Measures names the sums wanted (see Measures); the others are left
+	// zero. Nil asks for all. Reading fewer is what keeps a wide report
+	// fast: rollup rows are read column by column.
+	Measures []string
 }
 
 // Totals are the sums a rollup keeps. Every request counts, failed and
@@ -81,6 +85,61 @@ type Totals struct {
 	CutInputEst    int64
 	// SegmentNS sums each latency segment, in record.SegmentNames order.
 	SegmentNS [8]int64
+}
+
+// Measure is one sum of Totals under the name every backend stores it by.
+type Measure struct {
+	Name  string
+	Field func(*Totals) *int64
+}
+
+// Measures are every field of Totals, in the order backends created their
+// columns in: new measures are appended, never inserted.
+var Measures = []Measure{
+	{Name: "requests", Field: func(t *Totals) *int64 { return &t.Requests }},
+	{Name: "errors", Field: func(t *Totals) *int64 { return &t.Errors }},
+	{Name: "disconnects", Field: func(t *Totals) *int64 { return &t.Disconnects }},
+	{Name: "cache_hits", Field: func(t *Totals) *int64 { return &t.CacheHits }},
+	{Name: "input_tokens", Field: func(t *Totals) *int64 { return &t.Input }},
+	{Name: "cached_input_tokens", Field: func(t *Totals) *int64 { return &t.Cached }},
+	{Name: "output_tokens", Field: func(t *Totals) *int64 { return &t.Output }},
+	{Name: "reasoning_tokens", Field: func(t *Totals) *int64 { return &t.Reasoning }},
+	{Name: "cost_nanos", Field: func(t *Totals) *int64 { return &t.CostNanos }},
+	{Name: "finish_length", Field: func(t *Totals) *int64 { return &t.FinishLength }},
+	{Name: "usage_missing", Field: func(t *Totals) *int64 { return &t.UsageMissing }},
+	{Name: "retried", Field: func(t *Totals) *int64 { return &t.Retried }},
+	{Name: "retried_input_est", Field: func(t *Totals) *int64 { return &t.RetriedInputEst }},
+	{Name: "cut_streams", Field: func(t *Totals) *int64 { return &t.CutStreams }},
+	{Name: "cut_output", Field: func(t *Totals) *int64 { return &t.CutOutput }},
+	{Name: "tokenizer_input", Field: func(t *Totals) *int64 { return &t.TokenizerInput }},
+	{Name: "tokenizer_output", Field: func(t *Totals) *int64 { return &t.TokenizerOutput }},
+	{Name: "e2e_sum_ns", Field: func(t *Totals) *int64 { return &t.E2ESumNS }},
+	{Name: "ttft_sum_ns", Field: func(t *Totals) *int64 { return &t.TTFTSumNS }},
+	{Name: "ttft_count", Field: func(t *Totals) *int64 { return &t.TTFTCount }},
+	{Name: "prompt_bytes", Field: func(t *Totals) *int64 { return &t.PromptBytes }},
+	// Added by migration 3.
+	{Name: "reached", Field: func(t *Totals) *int64 { return &t.Reached }},
+	{Name: "cut_output_limit", Field: func(t *Totals) *int64 { return &t.CutOutputLimit }},
+	{Name: "cut_unlimited", Field: func(t *Totals) *int64 { return &t.CutUnlimited }},
+	{Name: "cut_input_est", Field: func(t *Totals) *int64 { return &t.CutInputEst }},
+	// Added by migration 4: latency segments, in record.SegmentNames order.
+	{Name: "seg_gateway_queue_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[0] }},
+	{Name: "seg_connect_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[1] }},
+	{Name: "seg_engine_queue_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[2] }},
+	{Name: "seg_prefill_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[3] }},
+	{Name: "seg_decode_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[4] }},
+	{Name: "seg_client_write_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[5] }},
+	{Name: "seg_post_processing_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[6] }},
+	{Name: "seg_unattributed_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[7] }},
+}
+
+// MeasureNames are the names of Measures, for validation and help texts.
+func MeasureNames() []string {
+	out := make([]string, len(Measures))
+	for i, m := range Measures {
+		out[i] = m.Name
+	}
+	return out
 }
 
 // Add adds o to t.

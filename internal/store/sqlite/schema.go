@@ -117,6 +117,8 @@ var migrations = []string{
 		ttft_p50 REAL, ttft_p95 REAL, ttft_p99 REAL, prompt_tps REAL, generation_tps REAL
 	) STRICT;
 	CREATE INDEX engine_samples_at ON engine_samples (upstream, at);`,
+	// 6: rollups per user and per month, for month-wide reports.
+	migration6,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

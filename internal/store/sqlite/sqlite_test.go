@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the time zone tests run wherever the suite does
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -77,6 +78,62 @@ func TestReopenIsNoop(t *testing.T) {
 	}
 	if n != len(migrations) {
 		t.Errorf("schema_migrations has %d rows after three opens, want %d", n, len(migrations))
+	}
+}
+
+// TestMigration6Backfills: a ledger from before the per-user and monthly
+// rollups gets them filled from rollup_day, so month reports read the
+// same sums before and after the upgrade.
+func TestMigration6Backfills(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	ctx := t.Context()
+	s := openAt(t, path)
+	recs := storetest.Records(0, 200)
+	for i, r := range recs {
+		r.Arrival = time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 7 * time.Hour)
+		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+		r.Finish()
+	}
+	if err := s.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	queries := []store.ReportQuery{
+		{GroupBy: []store.Dim{store.DimUser, store.DimMonth}},
+		{GroupBy: []store.Dim{store.DimTemplate, store.DimModel}, From: time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{GroupBy: []store.Dim{store.DimUser, store.DimDay}},
+	}
+	report := func(s *Store) [][]store.ReportRow {
+		var out [][]store.ReportRow
+		for _, q := range queries {
+			rows, err := s.Report(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, rows)
+		}
+		return out
+	}
+	before := report(s)
+	// Back to schema 5: the tables migration 6 made are gone.
+	for _, tbl := range v6Tables {
+		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version = 6"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path)
+	defer s.Close()
+	var n int
+	if err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM rollup_month").Scan(&n); err != nil || n == 0 {
+		t.Fatalf("rollup_month after migration 6: %d rows, %v", n, err)
+	}
+	if diff := cmp.Diff(before, report(s)); diff != "" {
+		t.Errorf("reports after migration 6 differ (-before +after):\n%s", diff)
 	}
 }
 
@@ -322,6 +379,26 @@ func TestAnalyticsConformance(t *testing.T) {
 	storetest.RunAnalytics(t, func(t *testing.T) storetest.AnalyticsStore {
 		return openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
 	})
+}
+
+// TestReportPeriodsInZones: the period checks in time zones with a
+// daylight-saving change (23- and 25-hour days) and with midnights off the
+// UTC hour (read from hourly rollups alone).
+func TestReportPeriodsInZones(t *testing.T) {
+	for _, name := range []string{"America/New_York", "Asia/Kolkata", "Asia/Shanghai"} {
+		t.Run(name, func(t *testing.T) {
+			loc, err := time.LoadLocation(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "tz.db"), testLogger(t), WithLocation(loc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			storetest.ReportPeriods(t, s, loc)
+		})
+	}
 }
 
 // TestReportTimeZone: days follow the report time zone, so a request at

@@ -31,6 +31,8 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"ReportEqualsLedgerSums", testReportSums},
 		{"ReportIdempotent", testReportIdempotent},
 		{"ReportRanges", testReportRanges},
+		{"ReportAcrossMonths", testReportAcrossMonths},
+		{"ReportMeasures", testReportMeasures},
 		{"ReportCurrenciesApart", testReportCurrencies},
 		{"Rerate", testRerate},
 		{"Prompts", testPrompts},
@@ -167,6 +169,159 @@ func testReportRanges(t *testing.T, s AnalyticsStore) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("[%v, %v) (-want +got):\n%s", rg.from, rg.to, diff)
 		}
+	}
+}
+
+func testReportAcrossMonths(t *testing.T, s AnalyticsStore) { ReportPeriods(t, s, time.UTC) }
+
+// ReportPeriods checks periods a store may answer from several rollups at
+// once (months, days, the hours at the ends): every combination of period,
+// grouping and filter equals the ledger's sums, with days and months in
+// loc, the store's report time zone. s must be empty.
+func ReportPeriods(t *testing.T, s AnalyticsStore, loc *time.Location) {
+	start := time.Date(2026, 1, 20, 0, 0, 0, 0, loc)
+	recs := make([]*record.Record, 700)
+	for i := range recs {
+		r := Record(i)
+		// About 70 days, at odd minutes, so every hour and day differs.
+		r.Arrival = start.Add(time.Duration(i)*143*time.Minute + time.Duration(i%13)*time.Minute)
+		r.Cost = record.Cost{Nanos: int64(500 + i*13), Currency: "USD", PriceVersion: "v1"}
+		if i%10 == 0 {
+			r.Cost.Currency = "CNY"
+		}
+		if i%8 == 0 {
+			r.FinishReason = "length"
+		}
+		r.Finish()
+		recs[i] = r
+	}
+	insert(t, s, recs...)
+	at := func(month time.Month, day, hour int) time.Time {
+		return time.Date(2026, month, day, hour, 0, 0, 0, loc)
+	}
+	ranges := []struct{ from, to time.Time }{
+		{},                           // everything
+		{at(2, 1, 0), at(3, 1, 0)},   // one whole month
+		{at(1, 25, 0), at(3, 10, 0)}, // days, a month, days
+		{at(1, 25, 5), at(3, 10, 7)}, // hours, days, a month, days, hours
+		{time.Time{}, at(2, 15, 3)},  // unbounded start
+		{at(2, 3, 13), time.Time{}},  // unbounded end
+		{at(2, 10, 0), at(2, 10, 5)}, // inside a day
+		{at(1, 31, 22), at(2, 1, 2)}, // across a month's end, hours only
+		{at(1, 31, 22), at(3, 1, 2)}, // hours, a month, hours
+		{at(2, 1, 0), at(2, 28, 0)},  // days of one month
+		{at(1, 1, 0), at(5, 1, 0)},   // months beyond the data
+		{at(3, 31, 23), at(4, 1, 1)}, // hours after the data
+	}
+	type by struct {
+		dims []store.Dim
+		key  func(*record.Record) string
+	}
+	day := func(r *record.Record) string { return r.Arrival.In(loc).Format(time.DateOnly) }
+	month := func(r *record.Record) string { return r.Arrival.In(loc).Format("2006-01") }
+	groupings := []by{
+		{nil, func(*record.Record) string { return "" }},
+		{[]store.Dim{store.DimUser}, func(r *record.Record) string { return r.UserID }},
+		{[]store.Dim{store.DimUser, store.DimDay}, func(r *record.Record) string { return r.UserID + "/" + day(r) }},
+		{[]store.Dim{store.DimBizLine, store.DimMonth}, func(r *record.Record) string { return r.BizLine + "/" + month(r) }},
+		{[]store.Dim{store.DimModel, store.DimServedModel}, func(r *record.Record) string { return r.Model + "/" + r.ServedModel }},
+		{[]store.Dim{store.DimModel, store.DimTemplate, store.DimMonth}, func(r *record.Record) string {
+			return r.Model + "/" + r.TemplateID + "/" + month(r)
+		}},
+		{[]store.Dim{store.DimKey, store.DimMonth}, func(r *record.Record) string { return r.KeyID + "/" + month(r) }},
+		{[]store.Dim{store.DimUser, store.DimModel}, func(r *record.Record) string { return r.UserID + "/" + r.Model }},
+		{[]store.Dim{store.DimMonth, store.DimDay}, func(r *record.Record) string { return month(r) + "/" + day(r) }},
+	}
+	filters := []map[store.Dim]string{
+		nil,
+		{store.DimUser: "user-3"},
+		{store.DimBizLine: "biz-1", store.DimTemplate: "tpl-2"},
+		{store.DimKey: "key-4"},
+	}
+	match := func(r *record.Record, f map[store.Dim]string) bool {
+		v := map[store.Dim]string{store.DimUser: r.UserID, store.DimBizLine: r.BizLine, store.DimTemplate: r.TemplateID, store.DimKey: r.KeyID}
+		for d, want := range f {
+			if v[d] != want {
+				return false
+			}
+		}
+		return true
+	}
+	// Hour rollups are UTC hours: where midnight is not on one (India),
+	// only periods of whole local days can be exact.
+	midnight := func(t time.Time) bool {
+		lt := t.In(loc)
+		return t.IsZero() || lt.Hour() == 0 && lt.Minute() == 0 && lt.Second() == 0
+	}
+	offHours := at(2, 1, 0).Unix()%3600 != 0
+	for _, rg := range ranges {
+		if offHours && !(midnight(rg.from) && midnight(rg.to)) {
+			continue
+		}
+		for _, g := range groupings {
+			for _, f := range filters {
+				in := filter(recs, func(r *record.Record) bool {
+					return (rg.from.IsZero() || !r.Arrival.Before(rg.from)) && (rg.to.IsZero() || r.Arrival.Before(rg.to)) && match(r, f)
+				})
+				want := sums(in, g.key)
+				got := reportMap(t, s, store.ReportQuery{From: rg.from, To: rg.to, GroupBy: g.dims, Where: f})
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("[%v, %v) by %v where %v (-ledger sums +report):\n%s", rg.from, rg.to, g.dims, f, diff)
+				}
+			}
+		}
+	}
+	// Rows come sorted by their keys, then currency.
+	rows, err := s.Report(context.Background(), store.ReportQuery{GroupBy: []store.Dim{store.DimUser, store.DimMonth}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.IsSortedFunc(rows, func(a, b store.ReportRow) int {
+		if c := slices.Compare(a.Keys, b.Keys); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Currency, b.Currency)
+	}) {
+		t.Error("report rows are not sorted by keys, then currency")
+	}
+}
+
+// testReportMeasures: asking for some measures gives exactly those sums,
+// the rest zero; an unknown name is refused, naming it.
+func testReportMeasures(t *testing.T, s AnalyticsStore) {
+	recs := billed(120)
+	insert(t, s, recs...)
+	ctx := context.Background()
+	q := store.ReportQuery{GroupBy: []store.Dim{store.DimUser, store.DimMonth}}
+	all, err := s.Report(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Measures = []string{"output_tokens", "cost_nanos", "e2e_sum_ns"}
+	some, err := s.Report(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(some) != len(all) {
+		t.Fatalf("%d groups with some measures, %d with all", len(some), len(all))
+	}
+	for i := range all {
+		var want store.Totals
+		for _, m := range store.Measures {
+			if slices.Contains(q.Measures, m.Name) {
+				*m.Field(&want) = *m.Field(&all[i].Totals)
+			}
+		}
+		if want.Output == 0 || want.CostNanos == 0 || want.E2ESumNS == 0 {
+			t.Fatalf("group %v: the measures asked for are zero in the full report too; the check needs them", all[i].Keys)
+		}
+		if diff := cmp.Diff(want, some[i].Totals); diff != "" || !slices.Equal(some[i].Keys, all[i].Keys) {
+			t.Errorf("group %v with measures %v (-want +got):\n%s", all[i].Keys, q.Measures, diff)
+		}
+	}
+	q.Measures = []string{"requests", "tokens"}
+	if _, err := s.Report(ctx, q); err == nil || !strings.Contains(err.Error(), `"tokens"`) {
+		t.Errorf("unknown measure: err = %v, want one naming \"tokens\"", err)
 	}
 }
 

@@ -347,12 +347,47 @@ func copyShard(ctx context.Context, db *sql.DB, tables []table) error {
 		q := fmt.Sprintf(`INSERT INTO main."%s" SELECT * FROM shard."%s"`, t.name, t.name)
 		if t.rowid {
 			q += " ORDER BY rowid"
+		} else {
+			// A rollup: months (and days, if a shard boundary cuts one)
+			// span shards, so equal keys add up.
+			up, err := mergeClause(ctx, tx, t.name)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+			q += " WHERE true " + up
 		}
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
 	return tx.Commit()
+}
+
+// mergeClause is the upsert clause that adds a rollup row to an existing
+// one with the same key: every column outside the primary key is a sum.
+func mergeClause(ctx context.Context, tx *sql.Tx, name string) (string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT name, pk FROM main.pragma_table_info(?) ORDER BY cid", name)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var keys, sets []string
+	for rows.Next() {
+		var col string
+		var pk int
+		if err := rows.Scan(&col, &pk); err != nil {
+			return "", err
+		}
+		if pk > 0 {
+			keys = append(keys, col)
+		} else {
+			sets = append(sets, fmt.Sprintf("%s = %s + excluded.%s", col, col, col))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("ON CONFLICT (%s) DO UPDATE SET %s", strings.Join(keys, ", "), strings.Join(sets, ", ")), nil
 }
 
 // execAll runs statements on the ledger at path, with a cache big enough for

@@ -58,7 +58,7 @@ func queries(cfg Config, v ids) []query {
 			name string
 			q    report.Query
 		}{{"month", month}, {"one day", day}} {
-			qs = append(qs, query{name: "report " + k.Name + ", " + p.name, reads: reads(k.Name),
+			qs = append(qs, query{name: "report " + k.Name + ", " + p.name, reads: reads(k.Name, p.name == "month"),
 				run: func(ctx context.Context, s *sqlite.Store) (int, error) {
 					res, err := report.Run(ctx, s, k.Name, p.q)
 					if err != nil {
@@ -88,9 +88,9 @@ func queries(cfg Config, v ids) []query {
 	}
 	end := month.To
 	qs = append(qs,
-		query{name: "store.Report user × day, month", reads: "rollup_day",
+		query{name: "store.Report user × day, month", reads: "rollup_day_user",
 			run: rep(store.ReportQuery{From: month.From, To: month.To, GroupBy: []store.Dim{store.DimUser, store.DimDay}})},
-		query{name: "store.Report user × day, month on hour bounds", reads: "rollup_hour", extra: true,
+		query{name: "store.Report user × day, month on hour bounds", reads: "rollup_hour (2 × 23 h) + rollup_day_user", extra: true,
 			run: rep(store.ReportQuery{From: month.From.Add(time.Hour), To: end.Add(-time.Hour), GroupBy: []store.Dim{store.DimUser, store.DimDay}})},
 		query{name: "store.Report model × hour, last 24 h", reads: "rollup_hour", extra: true,
 			run: rep(store.ReportQuery{From: end.Add(-27 * time.Hour), To: end.Add(-3 * time.Hour), GroupBy: []store.Dim{store.DimModel, store.DimHour}})},
@@ -118,12 +118,21 @@ func queries(cfg Config, v ids) []query {
 	return qs
 }
 
-// reads says which rollup a named report reads for a period.
-func reads(kind string) string {
-	if kind == "waste" {
-		return "rollup_day ×3 + prompt_day"
+// reads says which rollups a named report reads for a whole day or month.
+func reads(kind string, month bool) string {
+	user, model := "rollup_day_user", "rollup_day"
+	if month {
+		user, model = "rollup_month_user", "rollup_month"
 	}
-	return "rollup_day"
+	switch kind {
+	case "users":
+		return "rollup_day_user"
+	case "biz", "top":
+		return user
+	case "waste":
+		return user + " + " + model + " + rollup_day (previous period) + prompt_day"
+	}
+	return model
 }
 
 // prune runs the store's retention job once at the end of the period with

@@ -63,13 +63,44 @@ type rollupSpec struct {
 
 var billing = []string{"model", "served_model", "upstream", "biz_line", "user_id", "key_id", "template_id", "currency"}
 
-const localDay = "date(arrival / 1000000000 + ?1, 'unixepoch')"
+const (
+	localDay   = "date(arrival / 1000000000 + ?1, 'unixepoch')"
+	localMonth = "strftime('%Y-%m', arrival / 1000000000 + ?1, 'unixepoch')"
+)
+
+var (
+	perUser  = []string{"user_id", "currency", "biz_line"}
+	perModel = []string{"model", "served_model", "upstream", "biz_line", "template_id", "currency"}
+)
 
 var rollupSpecs = []rollupSpec{
 	{"rollup_hour", "arrival / 3600000000000 * 3600", billing, "1"},
 	{"rollup_day", localDay, billing, "1"},
 	{"rollup_minute", "arrival / 60000000000 * 60", []string{"model", "upstream", "biz_line", "currency"}, "1"},
 	{"prompt_day", localDay, []string{"prompt_sha256", "model", "template_id", "currency"}, "prompt_sha256 != ''"},
+	{"rollup_day_user", localDay, perUser, "1"},
+	{"rollup_month", localMonth, perModel, "1"},
+	{"rollup_month_user", localMonth, perUser, "1"},
+}
+
+// checkSpecs fails when the ledger has a rollup (a WITHOUT ROWID table)
+// this check has no spec for: a new rollup must be verified too.
+func checkSpecs(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%WITHOUT ROWID%' ORDER BY name")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(rollupSpecs, func(s rollupSpec) bool { return s.table == n }) {
+			return fmt.Errorf("verify: rollup %s has no spec here", n)
+		}
+	}
+	return rows.Err()
 }
 
 // Check is what Verify compared for one rollup table.
@@ -178,6 +209,9 @@ func verify(ctx context.Context, path string, from, to time.Time) ([]Check, erro
 	if _, err := db.ExecContext(ctx, "PRAGMA cache_size = -524288"); err != nil {
 		return nil, err
 	}
+	if err := checkSpecs(ctx, db); err != nil {
+		return nil, err
+	}
 	_, off := from.In(Loc).Zone() // Loc has no DST: one offset
 	var sums, names []string
 	for _, m := range ledgerMeasures {
@@ -188,6 +222,14 @@ func verify(ctx context.Context, path string, from, to time.Time) ([]Check, erro
 	for _, s := range rollupSpecs {
 		if err := checkColumns(ctx, db, s); err != nil {
 			return out, err
+		}
+		from, to := from, to
+		if s.bucket == localMonth {
+			// A month row is checked whole: widen to the months touched.
+			from = monthOf(from)
+			if !to.IsZero() {
+				to = monthOf(to.Add(-time.Nanosecond)).AddDate(0, 1, 0)
+			}
 		}
 		// Numbered parameters, so that either bound can be absent.
 		lw, rw, args := s.where, "1", []any{off, nil, nil, nil, nil}
@@ -220,13 +262,24 @@ func verify(ctx context.Context, path string, from, to time.Time) ([]Check, erro
 }
 
 func bucketOf(s rollupSpec, t time.Time) any {
-	switch s.table {
-	case "rollup_hour":
+	switch {
+	case s.table == "rollup_hour":
 		return t.Unix() / 3600 * 3600
-	case "rollup_minute":
+	case s.table == "rollup_minute":
 		return t.Unix() / 60 * 60
+	case s.bucket == localMonth:
+		return t.In(Loc).Format("2006-01")
 	}
 	return t.In(Loc).Format(time.DateOnly)
+}
+
+// monthOf is the start of t's month in Loc; zero stays zero.
+func monthOf(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	lt := t.In(Loc)
+	return time.Date(lt.Year(), lt.Month(), 1, 0, 0, 0, 0, Loc)
 }
 
 // checkColumns fails when the store's rollup has columns this check does
