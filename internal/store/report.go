@@ -296,6 +296,20 @@ type Analytics interface {
 	// EngineSamples reads them back, oldest first ("" = every upstream).
 	AddEngineSamples(ctx context.Context, ss []EngineSample) error
 	EngineSamples(ctx context.Context, from, to time.Time, upstream string) ([]EngineSample, error)
+	// AddWindowMinutes appends the alerting windows' closed minutes;
+	// WindowMinutes reads those of [from, to) back. Rows are appended,
+	// never merged: several replicas may each write the same minute, and
+	// readers add them up.
+	AddWindowMinutes(ctx context.Context, ms []WindowMinute) error
+	WindowMinutes(ctx context.Context, from, to time.Time) ([]WindowMinute, error)
+}
+
+// WindowMinute is one minute of one series of the alerting windows
+// (internal/window), its sums and sketches encoded by that package.
+type WindowMinute struct {
+	Minute                             time.Time // UTC, on the minute
+	Model, BizLine, Upstream, Template string
+	Data                               []byte
 }
 
 // EngineSample is one scrape of an engine's /metrics, normalised across

@@ -762,6 +762,7 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Day, "DELETE FROM rollup_month_user WHERE bucket < ?", month},
 		{r.Events, "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT 5000)", ns},
 		{r.Engine, "DELETE FROM engine_samples WHERE rowid IN (SELECT rowid FROM engine_samples WHERE at < ? LIMIT 5000)", ns},
+		{r.Minute, "DELETE FROM window_minute WHERE rowid IN (SELECT rowid FROM window_minute WHERE minute < ? LIMIT 5000)", sec},
 	}
 	var total int64
 	// Most prompts are sent once: prompt_day would otherwise hold nearly a
@@ -906,6 +907,46 @@ func (s *Store) EngineSamples(ctx context.Context, from, to time.Time, upstream 
 		e.Running, e.Waiting, e.KVCacheUsage, e.PrefixCacheHitRate = v(0), v(1), v(2), v(3)
 		e.TTFTP50, e.TTFTP95, e.TTFTP99, e.PromptTokensPerS, e.GenerationTokensPerS = v(4), v(5), v(6), v(7), v(8)
 		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// AddWindowMinutes appends minutes in one transaction.
+func (s *Store) AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("window minutes: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, m := range ms {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO window_minute (minute, model, biz_line, upstream, template, data) VALUES (?, ?, ?, ?, ?, ?)",
+			m.Minute.Unix(), m.Model, m.BizLine, m.Upstream, m.Template, m.Data); err != nil {
+			return fmt.Errorf("window minutes: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// WindowMinutes reads the minutes of [from, to), oldest first.
+func (s *Store) WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT minute, model, biz_line, upstream, template, data FROM window_minute WHERE minute >= ? AND minute < ? ORDER BY minute, rowid",
+		from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("window minutes: %w", err)
+	}
+	defer rows.Close()
+	var out []store.WindowMinute
+	for rows.Next() {
+		var m store.WindowMinute
+		var at int64
+		if err := rows.Scan(&at, &m.Model, &m.BizLine, &m.Upstream, &m.Template, &m.Data); err != nil {
+			return nil, fmt.Errorf("window minutes: %w", err)
+		}
+		m.Minute = time.Unix(at, 0).UTC()
+		out = append(out, m)
 	}
 	return out, rows.Err()
 }

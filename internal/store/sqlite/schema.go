@@ -119,6 +119,16 @@ var migrations = []string{
 	CREATE INDEX engine_samples_at ON engine_samples (upstream, at);`,
 	// 6: rollups per user and per month, for month-wide reports.
 	migration6,
+	// 7: the alerting windows' minutes (internal/window).
+	`CREATE TABLE window_minute (
+		minute   INTEGER NOT NULL,
+		model    TEXT NOT NULL,
+		biz_line TEXT NOT NULL,
+		upstream TEXT NOT NULL,
+		template TEXT NOT NULL,
+		data     BLOB NOT NULL
+	) STRICT;
+	CREATE INDEX window_minute_at ON window_minute (minute);`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

@@ -41,6 +41,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"BadDimension", testBadDimension},
 		{"SetEngineTiming", testSetEngineTiming},
 		{"EngineSamples", testEngineSamples},
+		{"WindowMinutes", testWindowMinutes},
 	})
 }
 
@@ -565,5 +566,40 @@ func testEngineSamples(t *testing.T, s AnalyticsStore) {
 	}
 	if all, _ := s.EngineSamples(ctx, day0, day0.Add(time.Hour), ""); len(all) != 3 {
 		t.Errorf("all upstreams: %d samples, want 3", len(all))
+	}
+}
+
+// testWindowMinutes: minutes come back byte for byte, in [from, to), a
+// minute written twice (two replicas) twice; retention drops old ones.
+func testWindowMinutes(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	at := func(min int) time.Time { return day0.Add(time.Duration(min) * time.Minute) }
+	in := []store.WindowMinute{
+		{Minute: at(0), Model: "m", BizLine: "b", Upstream: "u", Template: "t", Data: []byte{1, 0, 255}},
+		{Minute: at(1), Model: "m", Data: []byte{2}},
+		{Minute: at(1), Model: "m", Data: []byte{3}}, // another replica's
+		{Minute: at(90), Model: "m2", Data: []byte{4}},
+	}
+	if err := s.AddWindowMinutes(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.WindowMinutes(ctx, at(0), at(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(in[:3], got, cmpopts.SortSlices(func(a, b store.WindowMinute) bool {
+		return a.Minute.Before(b.Minute) || a.Minute.Equal(b.Minute) && string(a.Data) < string(b.Data)
+	})); diff != "" {
+		t.Errorf("WindowMinutes [0, 2) (-want +got):\n%s", diff)
+	}
+	if _, err := s.Prune(ctx, at(90), store.Retention{Minute: 30 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.WindowMinutes(ctx, at(0), at(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Model != "m2" {
+		t.Errorf("after pruning to 30 minutes: %+v, want only the minute at 90", got)
 	}
 }

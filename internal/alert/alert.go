@@ -1,0 +1,64 @@
+// Package alert evaluates rules over the sliding windows of internal/window
+// (and the store's rollups) on a ticker: threshold rules, and baseline rules
+// that compare a window with the same figure over an earlier window. An
+// alert moves pending → firing → resolved, is deduplicated by rule and
+// group, kept in the store's event history and handed to the notifiers
+// (internal/notify) by severity. It sits after the gateway: it reads what
+// finished requests left behind and never touches the request path.
+package alert
+
+import (
+	"context"
+	"time"
+)
+
+// Severity of an alert; a baseline rule escalates from warning to critical.
+type Severity string
+
+const (
+	Warning  Severity = "warning"
+	Critical Severity = "critical"
+)
+
+// State of an alert in its lifecycle.
+type State string
+
+const (
+	Pending  State = "pending"  // breaching, but not yet for the rule's `for:`
+	Firing   State = "firing"   // notified
+	Resolved State = "resolved" // stopped breaching after firing
+)
+
+// Alert is one rule breaching for one group (for example one model), as
+// notifiers and the history see it.
+type Alert struct {
+	Rule     string            `json:"rule"`
+	Severity Severity          `json:"severity"`
+	State    State             `json:"state"`
+	Labels   map[string]string `json:"labels,omitempty"` // the group: model, biz_line, upstream, template, user
+	// Summary is one plain sentence saying what breached and what to do.
+	Summary string `json:"summary"`
+	// Value is the figure now; Threshold the limit it crossed (for a
+	// baseline rule: Baseline × the severity's factor).
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Baseline  float64 `json:"baseline,omitempty"`
+	Unit      string  `json:"unit,omitempty"` // "s", "tokens", "ratio", "USD/h", …
+	// StartsAt is when the rule first breached for this group; EndsAt is
+	// when it resolved (zero while pending or firing).
+	StartsAt time.Time `json:"starts_at"`
+	EndsAt   time.Time `json:"ends_at,omitzero"`
+	// From and To are the window that caused it, and Link the API query
+	// that lists its requests (drill-down).
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	Link string    `json:"link,omitempty"`
+	// Fingerprint identifies rule + group: repeats of the same alert share it.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// Notifier delivers alerts. Notify must not block the evaluator for long:
+// implementations queue and retry on their own.
+type Notifier interface {
+	Notify(ctx context.Context, a Alert)
+}

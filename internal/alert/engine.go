@@ -1,0 +1,449 @@
+package alert
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+// Windows is what rules read: the aggregator's recent minutes and closed
+// hours from the store.
+type Windows interface {
+	Window(from, to time.Time, sel window.Selector, by []string) map[string]*window.Group
+	Hour(ctx context.Context, h time.Time, sel window.Selector, by []string) (map[string]*window.Group, error)
+}
+
+// Events is where the alert history goes (the store's event log).
+type Events interface {
+	Send(ev store.Event)
+}
+
+// EventKind is the store event kind of alert transitions.
+const EventKind = "alert"
+
+// Engine evaluates rules and keeps the alerts' lifecycle.
+type Engine struct {
+	rules  []Rule
+	w      Windows
+	notify Notifier // may be nil
+	events Events   // may be nil
+	log    *slog.Logger
+	repeat time.Duration
+	// memory is how far back Window holds minutes; older parts of a
+	// window are read as whole hours through Hour.
+	memory time.Duration
+
+	mu     sync.Mutex
+	active map[string]*tracked // by fingerprint
+
+	firing *prometheus.GaugeVec
+	evals  prometheus.Counter
+}
+
+type tracked struct {
+	a          Alert
+	notifiedAt time.Time // zero until it fired
+}
+
+// Options wire an Engine.
+type Options struct {
+	Notifier Notifier
+	Events   Events
+	Log      *slog.Logger
+	Registry prometheus.Registerer
+	// Memory is how much history Windows.Window holds (the aggregator's
+	// Keep; default 2 h).
+	Memory time.Duration
+}
+
+// NewEngine returns an engine for the effective rules of cfg, which must
+// have been validated.
+func NewEngine(cfg Config, w Windows, o Options) *Engine {
+	e := &Engine{
+		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log,
+		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{},
+		firing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_alerts", Help: "Alerts now pending or firing, by rule, severity and state.",
+		}, []string{"rule", "severity", "state"}),
+		evals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_alert_evaluations_total", Help: "Rule evaluations run.",
+		}),
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.repeat <= 0 {
+		e.repeat = 4 * time.Hour
+	}
+	if e.memory <= 0 {
+		e.memory = 2 * time.Hour
+	}
+	if o.Registry != nil {
+		o.Registry.MustRegister(e.firing, e.evals)
+	}
+	return e
+}
+
+// Rules are the rules the engine runs.
+func (e *Engine) Rules() []Rule { return slices.Clone(e.rules) }
+
+// Run evaluates every interval until ctx ends.
+func (e *Engine) Run(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			e.Eval(ctx, now)
+		}
+	}
+}
+
+// Active lists the alerts now pending or firing, most severe first.
+func (e *Engine) Active() []Alert {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Alert, 0, len(e.active))
+	for _, t := range e.active {
+		out = append(out, t.a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Severity != out[j].Severity {
+			return out[i].Severity == Critical
+		}
+		return out[i].Fingerprint < out[j].Fingerprint
+	})
+	return out
+}
+
+// breach is one group's verdict for a rule at one evaluation.
+type breach struct {
+	sev                   Severity
+	value, limit, base    float64
+	labels                map[string]string
+	from, to              time.Time
+	shortFrom, shortUntil time.Time
+}
+
+// Eval evaluates every rule at now and moves alerts through their
+// lifecycle; it returns the transitions it made (fired, escalated,
+// resolved), which were also notified and stored.
+func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
+	e.evals.Inc()
+	seen := map[string]breach{}
+	ruleOf := map[string]Rule{}
+	for _, r := range e.rules {
+		for gk, b := range e.evalRule(ctx, r, now) {
+			fp := fingerprint(r.Name, gk)
+			seen[fp] = b
+			ruleOf[fp] = r
+		}
+	}
+	var out []Alert
+	e.mu.Lock()
+	// Breaching groups: new ones pend, pending ones fire after For,
+	// firing ones change severity or repeat.
+	for fp, b := range seen {
+		r := ruleOf[fp]
+		t := e.active[fp]
+		if t == nil {
+			t = &tracked{a: Alert{Rule: r.Name, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
+			e.active[fp] = t
+		}
+		prevSev := t.a.Severity
+		t.a.Severity, t.a.Value, t.a.Threshold, t.a.Baseline = b.sev, b.value, b.limit, b.base
+		t.a.From, t.a.To = b.shortFrom, b.shortUntil
+		t.a.Summary = summary(r, b)
+		t.a.Link = link(r, b)
+		switch {
+		case t.a.State == Pending && now.Sub(t.a.StartsAt) >= r.For:
+			t.a.State = Firing
+			t.notifiedAt = now
+			out = append(out, t.a)
+		case t.a.State == Firing && (b.sev != prevSev || now.Sub(t.notifiedAt) >= e.repeat):
+			t.notifiedAt = now
+			out = append(out, t.a)
+		}
+	}
+	// Groups no longer breaching: a firing alert resolves, a pending one
+	// is forgotten.
+	for fp, t := range e.active {
+		if _, ok := seen[fp]; ok {
+			continue
+		}
+		delete(e.active, fp)
+		if t.a.State == Firing {
+			t.a.State, t.a.EndsAt = Resolved, now
+			out = append(out, t.a)
+		}
+	}
+	e.firing.Reset()
+	for _, t := range e.active {
+		e.firing.WithLabelValues(t.a.Rule, string(t.a.Severity), string(t.a.State)).Inc()
+	}
+	e.mu.Unlock()
+
+	for _, a := range out {
+		e.log.Warn("alert", "rule", a.Rule, "state", a.State, "severity", a.Severity, "labels", a.Labels, "value", a.Value, "threshold", a.Threshold)
+		if e.events != nil {
+			data, _ := json.Marshal(a)
+			e.events.Send(store.Event{At: now, Kind: EventKind, Subject: a.Rule + " " + labelString(a.Labels), Message: string(a.State) + ": " + a.Summary, Data: string(data)})
+		}
+		if e.notify != nil {
+			e.notify.Notify(ctx, a)
+		}
+	}
+	return out
+}
+
+// evalRule returns the breaching groups of one rule, by group key.
+func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string]breach {
+	sig, _ := SignalNamed(r.Signal)
+	sel := window.Selector(r.Where)
+	// One baseline for every window: the period before the longest
+	// window began, so a lasting incident never becomes its own baseline
+	// for the short window.
+	var base map[string]*window.Group
+	var bdur time.Duration
+	if r.Baseline != nil {
+		var err error
+		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel); err != nil {
+			e.log.Error("alert rule: reading the baseline failed", "rule", r.Name, "err", err)
+			return nil
+		}
+	}
+	var verdict map[string]breach
+	for i, w := range r.Windows {
+		from := now.Add(-w)
+		cur, err := e.window(ctx, from, now, sel, r.By)
+		if err != nil {
+			e.log.Error("alert rule: reading the window failed", "rule", r.Name, "err", err)
+			return nil
+		}
+		next := map[string]breach{}
+		for gk, g := range cur {
+			if i > 0 {
+				if _, ok := verdict[gk]; !ok {
+					continue // every window must breach
+				}
+			}
+			v, n := sig.value(&g.Stats, w, r.Currency)
+			if n < r.MinRequests || math.IsNaN(v) {
+				continue
+			}
+			b := breach{value: v, labels: labels(g.Key, r.By), from: from, to: now, shortFrom: from, shortUntil: now}
+			levels := r.Threshold
+			if r.Baseline != nil {
+				bg := base[gk]
+				if bg == nil {
+					continue
+				}
+				bv, bn := sig.value(&bg.Stats, bdur, r.Currency)
+				if sig.sum {
+					bv *= w.Seconds() / bdur.Seconds() // a sum over as long as the window
+				}
+				if bn < r.MinRequests || math.IsNaN(bv) || bv <= 0 {
+					continue
+				}
+				b.base = bv
+				levels = &Levels{Warning: bv * r.Baseline.Warning, Critical: bv * r.Baseline.Critical}
+			}
+			b.sev, b.limit = judge(v, levels, r.Below)
+			if b.sev == "" {
+				continue
+			}
+			if i > 0 {
+				// Escalate only as far as every window goes; report the
+				// first (shortest) window's figures.
+				prev := verdict[gk]
+				if prev.sev == Critical && b.sev == Warning {
+					prev.sev, prev.limit = Warning, warningLimit(r, prev)
+				}
+				prev.from = from
+				b = prev
+			}
+			next[gk] = b
+		}
+		verdict = next
+	}
+	return verdict
+}
+
+// warningLimit is the warning level of a breach that was judged critical
+// on a shorter window.
+func warningLimit(r Rule, b breach) float64 {
+	if r.Baseline != nil {
+		return b.base * r.Baseline.Warning
+	}
+	return r.Threshold.Warning
+}
+
+func judge(v float64, l *Levels, below bool) (Severity, float64) {
+	over := func(limit float64) bool {
+		if limit == 0 {
+			return false
+		}
+		if below {
+			return v < limit
+		}
+		return v > limit
+	}
+	switch {
+	case over(l.Critical):
+		return Critical, l.Critical
+	case over(l.Warning):
+		return Warning, l.Warning
+	}
+	return "", 0
+}
+
+// window reads [from, to): minutes from memory, and whole hours from the
+// store for the part older than memory holds.
+func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Selector, by []string) (map[string]*window.Group, error) {
+	memStart := to.Add(-e.memory).Truncate(time.Hour).Add(time.Hour)
+	if !from.Before(memStart) {
+		return e.w.Window(from, to, sel, by), nil
+	}
+	out := e.w.Window(memStart, to, sel, by)
+	for h := from.Truncate(time.Hour); h.Before(memStart); h = h.Add(time.Hour) {
+		hg, err := e.w.Hour(ctx, h, sel, by)
+		if err != nil {
+			return nil, err
+		}
+		for gk, g := range hg {
+			if o := out[gk]; o != nil {
+				o.Stats.Merge(&g.Stats)
+			} else {
+				out[gk] = g
+			}
+		}
+	}
+	return out, nil
+}
+
+// baseline reads the earlier window a baseline rule compares with — the
+// one before a window of length w ending now — and how long it is.
+func (e *Engine) baseline(ctx context.Context, r Rule, now time.Time, w time.Duration, sel window.Selector) (map[string]*window.Group, time.Duration, error) {
+	b := r.Baseline
+	if b.Previous > 0 {
+		to := now.Add(-w)
+		g, err := e.window(ctx, to.Add(-b.Previous), to, sel, r.By)
+		return g, b.Previous, err
+	}
+	// The same clock hour on each of the last days, merged: a P99 over
+	// 14 hours of traffic like this one.
+	out := map[string]*window.Group{}
+	for d := 1; d <= b.SameHourDays; d++ {
+		hg, err := e.w.Hour(ctx, now.Add(-time.Duration(d)*24*time.Hour).Truncate(time.Hour), sel, r.By)
+		if err != nil {
+			return nil, 0, err
+		}
+		for gk, g := range hg {
+			if o := out[gk]; o != nil {
+				o.Stats.Merge(&g.Stats)
+			} else {
+				out[gk] = g
+			}
+		}
+	}
+	return out, time.Duration(b.SameHourDays) * time.Hour, nil
+}
+
+func labels(k window.Key, by []string) map[string]string {
+	if len(by) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(by))
+	for _, l := range by {
+		m[l] = k.Label(l)
+	}
+	return m
+}
+
+func labelString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		v := m[k]
+		if v == "" {
+			v = "(none)"
+		}
+		parts[i] = k + "=" + v
+	}
+	return strings.Join(parts, ",")
+}
+
+func fingerprint(rule, group string) string {
+	h := sha256.Sum256([]byte(rule + "\x00" + group))
+	return hex.EncodeToString(h[:8])
+}
+
+func unitOf(r Rule) string {
+	s, _ := SignalNamed(r.Signal)
+	if s.Unit == "per hour" {
+		return r.Currency + "/h"
+	}
+	return s.Unit
+}
+
+func summary(r Rule, b breach) string {
+	g := labelString(b.labels)
+	if g == "" {
+		g = "all traffic"
+	}
+	s := strings.ReplaceAll(r.Summary, "{{group}}", g)
+	if s == "" {
+		s = fmt.Sprintf("%s of %s breached", r.Signal, g)
+	}
+	if b.base > 0 {
+		return fmt.Sprintf("%s (%s %.4g vs baseline %.4g, ×%.1f)", s, r.Signal, b.value, b.base, b.value/b.base)
+	}
+	return fmt.Sprintf("%s (%s %.4g, limit %.4g)", s, r.Signal, b.value, b.limit)
+}
+
+// link is the API query listing the requests behind an alert.
+func link(r Rule, b breach) string {
+	q := url.Values{}
+	for l, v := range b.labels {
+		switch l {
+		case "model", "biz_line", "template":
+			q.Set(l, v)
+		}
+	}
+	for l, v := range r.Where {
+		switch l {
+		case "model", "biz_line", "template":
+			q.Set(l, v)
+		}
+	}
+	if r.Signal == "error_rate" {
+		q.Set("errors", "1")
+	}
+	q.Set("since", b.from.UTC().Format(time.RFC3339))
+	q.Set("until", b.to.UTC().Format(time.RFC3339))
+	return "/api/v1/requests?" + q.Encode()
+}

@@ -1,0 +1,248 @@
+package alert
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// finished is a request that finished now, with the given TTFT.
+func finished(model string, ttft time.Duration, failed bool) *record.Record {
+	e2e := ttft + 500*time.Millisecond
+	r := &record.Record{
+		Model: model, BizLine: "b", Upstream: "u", TemplateID: "t", Arrival: time.Now().Add(-e2e),
+		Status: 200, UpstreamStatus: 200, FinishReason: "stop",
+		Usage: record.Usage{InputTokens: 100, OutputTokens: 20, Source: record.SourceEngine},
+	}
+	if failed {
+		r.Status, r.ErrorType = 502, "upstream_error"
+	}
+	r.Marks.FirstUpstreamToken, r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = ttft, ttft, e2e, e2e
+	r.Finish()
+	return r
+}
+
+// got is a Notifier and Events that records what it was given, with the
+// (bubble's) time.
+type got struct {
+	mu     sync.Mutex
+	alerts []Alert
+	at     []time.Time
+	events []store.Event
+}
+
+func (g *got) Notify(_ context.Context, a Alert) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.alerts = append(g.alerts, a)
+	g.at = append(g.at, time.Now())
+}
+
+func (g *got) Send(ev store.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.events = append(g.events, ev)
+}
+
+func (g *got) snapshot() ([]Alert, []time.Time, []store.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.alerts), slices.Clone(g.at), slices.Clone(g.events)
+}
+
+func (g *got) list() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var b strings.Builder
+	for i, a := range g.alerts {
+		fmt.Fprintf(&b, "%s %s %s %s; ", g.at[i].Format("15:04:05"), a.Rule, a.State, a.Severity)
+	}
+	return b.String()
+}
+
+// traffic adds one request a second for d, each from gen.
+func traffic(a *window.Aggregator, d time.Duration, gen func(i int) *record.Record) {
+	for i := range int(d / time.Second) {
+		a.Add(gen(i))
+		time.Sleep(time.Second)
+	}
+}
+
+// run starts the engine on a 30 s ticker inside the bubble and returns a
+// stop function that waits for it.
+func run(e *Engine) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx, 30*time.Second); close(done) }()
+	return func() { cancel(); <-done }
+}
+
+// TestLifecycle: a breach pends, fires once after `for`, is not sent again
+// while it lasts, and resolves when it ends; history has both.
+func TestLifecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		agg := window.New(window.Config{}, nil, nil, nil)
+		g := &got{}
+		cfg := Config{Defaults: new(bool), Rules: []Rule{{Name: "errors", Signal: "error_rate", By: []string{"model"},
+			Windows: []time.Duration{time.Minute}, Threshold: &Levels{Warning: 0.1, Critical: 0.6}, MinRequests: 10, For: 2 * time.Minute}}}
+		if err := cfg.Validate("alerts"); err != nil {
+			t.Fatal(err)
+		}
+		e := NewEngine(cfg, agg, Options{Notifier: g, Events: g})
+		stop := run(e)
+		defer stop()
+
+		traffic(agg, 5*time.Minute, func(int) *record.Record { return finished("m", 100*time.Millisecond, false) })
+		if s := g.list(); s != "" {
+			t.Fatalf("healthy traffic alerted: %s", s)
+		}
+		// One request in four fails: warning level.
+		traffic(agg, 90*time.Second, func(i int) *record.Record { return finished("m", 100*time.Millisecond, i%4 == 0) })
+		if act := e.Active(); len(act) != 1 || act[0].State != Pending || act[0].Severity != Warning {
+			t.Fatalf("after 90 s of errors: active = %+v, want one pending warning", act)
+		}
+		traffic(agg, 5*time.Minute, func(i int) *record.Record { return finished("m", 100*time.Millisecond, i%4 == 0) })
+		traffic(agg, 3*time.Minute, func(int) *record.Record { return finished("m", 100*time.Millisecond, false) })
+
+		alerts, at, events := g.snapshot()
+		if len(alerts) != 2 || alerts[0].State != Firing || alerts[1].State != Resolved {
+			t.Fatalf("notifications: %s; want one firing then one resolved", g.list())
+		}
+		f := alerts[0]
+		if f.Severity != Warning || f.Labels["model"] != "m" || f.Value < 0.2 || f.Value > 0.3 || f.Threshold != 0.1 {
+			t.Errorf("firing alert = %+v", f)
+		}
+		// Errors began at 5 m; the 1 m window (whole minutes) sees them from
+		// the first evaluation after 6 m; `for: 2m` fires 2 m later.
+		if d := at[0].Sub(start); d < 8*time.Minute || d > 9*time.Minute {
+			t.Errorf("fired %v after the start, want between 8 and 9 m", d)
+		}
+		if d := at[1].Sub(start); d < 11*time.Minute+30*time.Second || d > 13*time.Minute {
+			t.Errorf("resolved %v after the start, want soon after the errors stopped at 11.5 m", d)
+		}
+		if !strings.Contains(f.Link, "errors=1") || !strings.Contains(f.Link, "model=m") {
+			t.Errorf("link %q does not list the model's failed requests", f.Link)
+		}
+		if len(events) != 2 || events[0].Kind != EventKind || !strings.HasPrefix(events[1].Message, "resolved") {
+			t.Errorf("history = %+v", events)
+		}
+	})
+}
+
+// TestEscalationNeedsBothWindows: a short TTFT spike breaches the 5 m
+// window only and does not fire; a lasting one breaches the 1 h window too
+// and fires, critical.
+func TestEscalationNeedsBothWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		agg := window.New(window.Config{}, nil, nil, nil)
+		g := &got{}
+		cfg := Config{Defaults: new(bool), Rules: []Rule{{Name: "ttft", Signal: "ttft_p50", By: []string{"model"},
+			Windows: []time.Duration{5 * time.Minute, time.Hour}, Baseline: &Baseline{Previous: 30 * time.Minute}, MinRequests: 50, For: time.Minute}}}
+		if err := cfg.Validate("alerts"); err != nil {
+			t.Fatal(err)
+		}
+		e := NewEngine(cfg, agg, Options{Notifier: g})
+		stop := run(e)
+		defer stop()
+		fast := func(int) *record.Record { return finished("m", 100*time.Millisecond, false) }
+		slow := func(int) *record.Record { return finished("m", time.Second, false) }
+
+		traffic(agg, 100*time.Minute, fast)
+		traffic(agg, 4*time.Minute, slow) // the 5 m window's median is slow, the hour's is not
+		traffic(agg, 10*time.Minute, fast)
+		if s := g.list(); s != "" {
+			t.Fatalf("a 4-minute spike fired: %s", s)
+		}
+		traffic(agg, 40*time.Minute, slow) // now most of the hour is slow too
+		alerts, _, _ := g.snapshot()
+		if len(alerts) == 0 || alerts[0].State != Firing || alerts[0].Severity != Critical {
+			t.Fatalf("after 40 slow minutes: %s; want a critical firing alert", g.list())
+		}
+		if a := alerts[0]; a.Baseline < 0.09 || a.Baseline > 0.11 || a.Value < 0.95 {
+			t.Errorf("alert = %+v, want value ≈ 1 s against a baseline ≈ 0.1 s", a)
+		}
+	})
+}
+
+// TestMinRequests: every request failing does not page while traffic is
+// below the rule's minimum.
+func TestMinRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		agg := window.New(window.Config{}, nil, nil, nil)
+		g := &got{}
+		cfg := Config{Defaults: new(bool), Rules: []Rule{{Name: "errors", Signal: "error_rate",
+			Windows: []time.Duration{5 * time.Minute}, Threshold: &Levels{Warning: 0.1}, MinRequests: 20}}}
+		e := NewEngine(cfg, agg, Options{Notifier: g})
+		stop := run(e)
+		defer stop()
+		// Three failing requests a minute: 15 per 5 minutes, under 20.
+		for range 30 {
+			for range 3 {
+				agg.Add(finished("m", 100*time.Millisecond, true))
+			}
+			time.Sleep(time.Minute)
+		}
+		if s := g.list(); s != "" {
+			t.Fatalf("quiet traffic paged: %s", s)
+		}
+		// Five a minute: 25 per 5 minutes, and it fires.
+		for range 10 {
+			for range 5 {
+				agg.Add(finished("m", 100*time.Millisecond, true))
+			}
+			time.Sleep(time.Minute)
+		}
+		if s := g.list(); !strings.Contains(s, "errors firing") {
+			t.Fatalf("busier failing traffic: %q, want it to fire", s)
+		}
+	})
+}
+
+func TestValidateNamesPaths(t *testing.T) {
+	cfg := Config{Disable: []string{"nope"}, Rules: []Rule{
+		{Name: "a", Signal: "ttft_p42", Threshold: &Levels{Warning: 1}},
+		{Name: "a", Signal: "error_rate", By: []string{"colour"}, Threshold: &Levels{Warning: 0.5, Critical: 0.1}},
+		{Name: "b", Signal: "ttft_p99", Baseline: &Baseline{}, Windows: []time.Duration{30 * time.Second}},
+		{Name: "c", Signal: "tokens"},
+	}}
+	err := cfg.Validate("alerts")
+	if err == nil {
+		t.Fatal("bad rules accepted")
+	}
+	for _, want := range []string{
+		`alerts.disable: no built-in rule "nope"`,
+		`alerts.rules[0].signal: unknown signal "ttft_p42"`,
+		`alerts.rules[1].name: "a" used twice`,
+		`alerts.rules[1].by: unknown label "colour"`,
+		`alerts.rules[1].threshold.critical: 0.1 is less severe than warning 0.5`,
+		`alerts.rules[2].windows[0]: 30s: want whole minutes`,
+		`alerts.rules[2].baseline: set exactly one of previous and same_hour_days`,
+		`alerts.rules[3].threshold: set exactly one of threshold and baseline`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	if err := (&Config{}).Validate("alerts"); err != nil {
+		t.Errorf("empty config: %v", err)
+	}
+	for _, r := range DefaultRules {
+		if err := r.validate("default"); err != nil {
+			t.Errorf("built-in rule %s: %v", r.Name, err)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package window
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+// Persister is where closed minutes go and come back from: the store.
+type Persister interface {
+	AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) error
+	WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error)
+}
+
+// Config tunes an Aggregator.
+type Config struct {
+	// Keep is how much recent history stays in memory (default 2 h): the
+	// longest sliding window plus the longest "previous window" baseline.
+	Keep time.Duration
+	// Grace is how long a minute stays open for requests that finished in
+	// it but arrive late (default 1 m); later ones count in the newest
+	// open minute.
+	Grace time.Duration
+	// Queue is how many finished requests may wait for the aggregator
+	// (default 8192); beyond it they are dropped from the windows (never
+	// from the ledger) and counted.
+	Queue int
+}
+
+// Aggregator sums finished requests into per-minute Stats.
+type Aggregator struct {
+	cfg  Config
+	p    Persister // nil: memory only
+	log  *slog.Logger
+	in   chan *record.Record
+	drop prometheus.Counter
+
+	mu      sync.Mutex
+	minutes map[int64]map[Key]*Stats // UTC minute (Unix s) → series → sums
+	flushed map[int64]bool           // minutes persisted (or loaded from the store)
+
+	hourMu sync.Mutex
+	hours  map[int64]map[Key]*Stats // closed hours read back from the store
+}
+
+// New returns an Aggregator; p may be nil.
+func New(cfg Config, p Persister, log *slog.Logger, reg prometheus.Registerer) *Aggregator {
+	if cfg.Keep <= 0 {
+		cfg.Keep = 2 * time.Hour
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = time.Minute
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 8192
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Aggregator{
+		cfg: cfg, p: p, log: log, in: make(chan *record.Record, cfg.Queue),
+		drop: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_window_dropped_total",
+			Help: "Finished requests left out of the alerting windows because the aggregator's queue was full (the ledger still has them).",
+		}),
+		minutes: map[int64]map[Key]*Stats{},
+		flushed: map[int64]bool{},
+		hours:   map[int64]map[Key]*Stats{},
+	}
+	if reg != nil {
+		reg.MustRegister(a.drop)
+	}
+	return a
+}
+
+// Observe hands a finished request to the aggregator without blocking.
+func (a *Aggregator) Observe(r *record.Record) {
+	select {
+	case a.in <- r:
+	default:
+		a.drop.Inc()
+	}
+}
+
+// Add adds a finished request now, in the calling goroutine. Requests
+// count in the minute they finished in.
+func (a *Aggregator) Add(r *record.Record) {
+	end := r.Arrival.Add(r.Derived.E2E)
+	m := Minute(end).Unix()
+	k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.flushed[m] {
+		// Too late for its minute: the newest minute still open takes it.
+		for a.flushed[m] {
+			m += 60
+		}
+	}
+	series := a.minutes[m]
+	if series == nil {
+		series = map[Key]*Stats{}
+		a.minutes[m] = series
+	}
+	s := series[k]
+	if s == nil {
+		s = &Stats{}
+		series[k] = s
+	}
+	s.Add(r)
+}
+
+// Load reads the last Keep of minutes back from the store, after a
+// restart. Minutes loaded are not persisted again.
+func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
+	if a.p == nil {
+		return nil
+	}
+	rows, err := a.p.WindowMinutes(ctx, now.Add(-a.cfg.Keep), now.Add(time.Minute))
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range rows {
+		var s Stats
+		if err := s.UnmarshalBinary(r.Data); err != nil {
+			a.log.Warn("skipping an unreadable window minute", "minute", r.Minute, "err", err)
+			continue
+		}
+		m := r.Minute.Unix()
+		series := a.minutes[m]
+		if series == nil {
+			series = map[Key]*Stats{}
+			a.minutes[m] = series
+		}
+		k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}
+		if old := series[k]; old != nil {
+			old.Merge(&s)
+		} else {
+			series[k] = &s
+		}
+		a.flushed[m] = true
+	}
+	return nil
+}
+
+// Run consumes observed requests, and every few seconds persists the
+// minutes that closed more than Grace ago and forgets those older than
+// Keep. It returns when ctx ends, after persisting what it can.
+func (a *Aggregator) Run(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-a.in:
+			a.Add(r)
+		case now := <-t.C:
+			a.Flush(ctx, now)
+		case <-ctx.Done():
+			for {
+				select {
+				case r := <-a.in:
+					a.Add(r)
+					continue
+				default:
+				}
+				break
+			}
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.Flush(fctx, time.Now().Add(a.cfg.Grace+time.Minute))
+			cancel()
+			return
+		}
+	}
+}
+
+// Flush persists the minutes closed for longer than Grace at now and
+// forgets minutes older than Keep.
+func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
+	cut := Minute(now.Add(-a.cfg.Grace)).Unix() - 60 // the last minute that is closed
+	old := now.Add(-a.cfg.Keep).Unix()
+	var rows []store.WindowMinute
+	var done []int64
+	a.mu.Lock()
+	for m, series := range a.minutes {
+		if m < old {
+			delete(a.minutes, m)
+			delete(a.flushed, m)
+			continue
+		}
+		if m > cut || a.flushed[m] {
+			continue
+		}
+		for k, s := range series {
+			b, _ := s.MarshalBinary()
+			rows = append(rows, store.WindowMinute{Minute: time.Unix(m, 0).UTC(), Model: k.Model, BizLine: k.BizLine,
+				Upstream: k.Upstream, Template: k.Template, Data: b})
+		}
+		done = append(done, m)
+	}
+	for _, m := range done {
+		a.flushed[m] = true // closed: a late request now counts in a later minute
+	}
+	a.mu.Unlock()
+	if a.p == nil || len(rows) == 0 {
+		return
+	}
+	if err := a.p.AddWindowMinutes(ctx, rows); err != nil {
+		// The windows in memory stay right; only a restart would miss them.
+		a.log.Error("could not persist window minutes", "minutes", len(done), "err", err)
+	}
+}
+
+// Selector picks series by label values; empty matches all.
+type Selector map[string]string
+
+func (sel Selector) match(k Key) bool {
+	for l, v := range sel {
+		if k.Label(l) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Window merges the minutes of [from, to) (rounded to minutes) held in
+// memory, grouped by the labels in by; series not matching sel are left
+// out. The result maps GroupKey to the group's Stats and one Key carrying
+// its labels.
+func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string) map[string]*Group {
+	out := map[string]*Group{}
+	f, t := Minute(from).Unix(), Minute(to).Unix()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for m, series := range a.minutes {
+		if m < f || m >= t {
+			continue
+		}
+		for k, s := range series {
+			if !sel.match(k) {
+				continue
+			}
+			addTo(out, k, by, s)
+		}
+	}
+	return out
+}
+
+// Group is one group of a window.
+type Group struct {
+	Key   Key // only the labels grouped by are set
+	Stats Stats
+}
+
+func addTo(out map[string]*Group, k Key, by []string, s *Stats) {
+	gk := GroupKey(k, by)
+	g := out[gk]
+	if g == nil {
+		g = &Group{}
+		for _, l := range by {
+			switch l {
+			case "model":
+				g.Key.Model = k.Model
+			case "biz_line":
+				g.Key.BizLine = k.BizLine
+			case "upstream":
+				g.Key.Upstream = k.Upstream
+			case "template":
+				g.Key.Template = k.Template
+			}
+		}
+		out[gk] = g
+	}
+	g.Stats.Merge(s)
+}
+
+// Hour merges one closed UTC hour [h, h+1h) from the store, for baselines
+// that reach back days. Closed hours do not change, so each is read once
+// and kept (up to 400 hours). Only ask for hours that closed more than
+// Grace ago.
+func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []string) (map[string]*Group, error) {
+	h = h.UTC().Truncate(time.Hour)
+	a.hourMu.Lock()
+	series, ok := a.hours[h.Unix()]
+	a.hourMu.Unlock()
+	if !ok {
+		series = map[Key]*Stats{}
+		if a.p != nil {
+			rows, err := a.p.WindowMinutes(ctx, h, h.Add(time.Hour))
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rows {
+				var s Stats
+				if err := s.UnmarshalBinary(r.Data); err != nil {
+					continue
+				}
+				k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}
+				if old := series[k]; old != nil {
+					old.Merge(&s)
+				} else {
+					series[k] = &s
+				}
+			}
+		}
+		a.hourMu.Lock()
+		if len(a.hours) >= 400 {
+			clear(a.hours) // read again when needed
+		}
+		a.hours[h.Unix()] = series
+		a.hourMu.Unlock()
+	}
+	out := map[string]*Group{}
+	for k, s := range series {
+		if sel.match(k) {
+			addTo(out, k, by, s)
+		}
+	}
+	return out, nil
+}

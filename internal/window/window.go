@@ -1,0 +1,315 @@
+// Package window keeps sliding-window statistics of finished requests:
+// per minute and per series (model × biz_line × upstream × template), the
+// counts and token sums, and mergeable quantile sketches (DDSketch, 1 %
+// relative error) of the latency segments. Any window — the last 1 m, 5 m
+// or 1 h, or the same hour on each of the last 14 days — is the merge of its
+// minutes. Closed minutes are persisted in the store, so windows and
+// baselines survive restarts and cover weeks.
+//
+// It sits beside the ledger, after the gateway: the gateway hands each
+// finished Record to Observe, which never blocks; the alert evaluator
+// (internal/alert) reads windows.
+package window
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+	"github.com/DataDog/sketches-go/ddsketch/store"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// RelativeAccuracy is the sketches' guarantee: a quantile read from a
+// window is within 1 % of the true value of the sample at that rank.
+const RelativeAccuracy = 0.01
+
+// Quantity is a per-request figure whose distribution is sketched.
+type Quantity int
+
+// The sketched quantities, in seconds (latencies) or tokens.
+const (
+	TTFT Quantity = iota
+	TPOT
+	E2E
+	GatewayQueue
+	EngineQueue
+	Prefill
+	Decode
+	InputTokens
+	OutputTokens
+	numQuantities
+)
+
+// QuantityNames name the quantities in rules and the API.
+var QuantityNames = [numQuantities]string{"ttft", "tpot", "e2e", "gateway_queue", "engine_queue", "prefill", "decode", "input_tokens", "output_tokens"}
+
+// ParseQuantity is the quantity of a name.
+func ParseQuantity(name string) (Quantity, bool) {
+	i := slices.Index(QuantityNames[:], name)
+	return Quantity(i), i >= 0
+}
+
+func (q Quantity) String() string { return QuantityNames[q] }
+
+// Key is one series.
+type Key struct {
+	Model, BizLine, Upstream, Template string
+}
+
+// Label is a dimension of Key, as rules name it.
+func (k Key) Label(name string) string {
+	switch name {
+	case "model":
+		return k.Model
+	case "biz_line":
+		return k.BizLine
+	case "upstream":
+		return k.Upstream
+	case "template":
+		return k.Template
+	}
+	return ""
+}
+
+// Labels are the dimensions a window can be grouped and filtered by.
+var Labels = []string{"model", "biz_line", "upstream", "template"}
+
+// Stats are the sums of a set of requests: a minute of one series, or a
+// whole window once merged.
+type Stats struct {
+	Requests     int64
+	Errors       int64
+	FinishLength int64
+	UsageMissing int64 // the engine reported no usage
+	Input        int64
+	Cached       int64
+	Output       int64
+	MaxInput     int64            // the largest single request's input tokens
+	CostNanos    map[string]int64 // by currency
+	sketches     [numQuantities]*ddsketch.DDSketch
+}
+
+var indexMapping = func() mapping.IndexMapping {
+	m, err := mapping.NewLogarithmicMapping(RelativeAccuracy)
+	if err != nil {
+		panic(err) // a constant accuracy: cannot fail
+	}
+	return m
+}()
+
+func newSketch() *ddsketch.DDSketch {
+	return ddsketch.NewDDSketch(indexMapping, store.NewBufferedPaginatedStore(), store.NewBufferedPaginatedStore())
+}
+
+// Add adds one finished request.
+func (s *Stats) Add(r *record.Record) {
+	s.Requests++
+	if r.ErrorType != "" {
+		s.Errors++
+	}
+	if r.FinishReason == "length" {
+		s.FinishLength++
+	}
+	if r.Upstream != "" && r.Usage.Source != record.SourceEngine {
+		s.UsageMissing++
+	}
+	s.Input += r.Usage.InputTokens
+	s.Cached += r.Usage.CachedInputTokens
+	s.Output += r.Usage.OutputTokens
+	s.MaxInput = max(s.MaxInput, r.Usage.InputTokens)
+	if r.Cost.Currency != "" {
+		if s.CostNanos == nil {
+			s.CostNanos = map[string]int64{}
+		}
+		s.CostNanos[r.Cost.Currency] += r.Cost.Nanos
+	}
+	d := &r.Derived
+	if d.TTFT != nil {
+		s.observe(TTFT, d.TTFT.Seconds())
+	}
+	if d.TPOT != nil {
+		s.observe(TPOT, d.TPOT.Seconds())
+	}
+	if d.E2E > 0 {
+		s.observe(E2E, d.E2E.Seconds())
+	}
+	seg := d.Segments
+	if r.Upstream != "" { // requests refused before any upstream had no queue
+		s.observe(GatewayQueue, seg.Get(record.SegGatewayQueue).Seconds())
+		if v := seg.Get(record.SegEngineQueue); v > 0 {
+			s.observe(EngineQueue, v.Seconds())
+		}
+	}
+	if v := seg.Get(record.SegPrefill); v > 0 {
+		s.observe(Prefill, v.Seconds())
+	}
+	if v := seg.Get(record.SegDecode); v > 0 {
+		s.observe(Decode, v.Seconds())
+	}
+	if r.Usage.InputTokens > 0 {
+		s.observe(InputTokens, float64(r.Usage.InputTokens))
+	}
+	if r.Usage.OutputTokens > 0 {
+		s.observe(OutputTokens, float64(r.Usage.OutputTokens))
+	}
+}
+
+func (s *Stats) observe(q Quantity, v float64) {
+	if s.sketches[q] == nil {
+		s.sketches[q] = newSketch()
+	}
+	// Zero is a valid value (no queue); negatives cannot occur but must
+	// not fail the sketch.
+	_ = s.sketches[q].Add(math.Max(v, 0))
+}
+
+// Merge adds o into s.
+func (s *Stats) Merge(o *Stats) {
+	s.Requests += o.Requests
+	s.Errors += o.Errors
+	s.FinishLength += o.FinishLength
+	s.UsageMissing += o.UsageMissing
+	s.Input += o.Input
+	s.Cached += o.Cached
+	s.Output += o.Output
+	s.MaxInput = max(s.MaxInput, o.MaxInput)
+	for c, n := range o.CostNanos {
+		if s.CostNanos == nil {
+			s.CostNanos = map[string]int64{}
+		}
+		s.CostNanos[c] += n
+	}
+	for q, sk := range o.sketches {
+		if sk == nil {
+			continue
+		}
+		if s.sketches[q] == nil {
+			s.sketches[q] = sk.Copy()
+			continue
+		}
+		_ = s.sketches[q].MergeWith(sk) // same mapping everywhere: cannot fail
+	}
+}
+
+// Quantile is the value at quantile p (0–1) of q, and how many values it
+// is over; NaN when there are none.
+func (s *Stats) Quantile(q Quantity, p float64) (float64, int64) {
+	sk := s.sketches[q]
+	if sk == nil || sk.IsEmpty() {
+		return math.NaN(), 0
+	}
+	v, err := sk.GetValueAtQuantile(p)
+	if err != nil {
+		return math.NaN(), 0
+	}
+	return v, int64(math.Round(sk.GetCount()))
+}
+
+// encoding: a version byte, the counters as varints, the costs, then each
+// sketch present as (quantity, length, DDSketch encoding).
+const encVersion = 1
+
+// MarshalBinary encodes s for the store.
+func (s *Stats) MarshalBinary() ([]byte, error) {
+	b := []byte{encVersion}
+	for _, v := range []int64{s.Requests, s.Errors, s.FinishLength, s.UsageMissing, s.Input, s.Cached, s.Output, s.MaxInput} {
+		b = binary.AppendVarint(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.CostNanos)))
+	for _, c := range slices.Sorted(maps.Keys(s.CostNanos)) {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		b = append(b, c...)
+		b = binary.AppendVarint(b, s.CostNanos[c])
+	}
+	for q, sk := range s.sketches {
+		if sk == nil {
+			continue
+		}
+		var enc []byte
+		sk.Encode(&enc, true)
+		b = append(b, byte(q))
+		b = binary.AppendUvarint(b, uint64(len(enc)))
+		b = append(b, enc...)
+	}
+	return b, nil
+}
+
+var errCorrupt = errors.New("window: corrupt stats encoding")
+
+// UnmarshalBinary decodes what MarshalBinary encoded.
+func (s *Stats) UnmarshalBinary(data []byte) error {
+	*s = Stats{}
+	r := bytes.NewReader(data)
+	v, err := r.ReadByte()
+	if err != nil || v != encVersion {
+		return fmt.Errorf("%w: version %d", errCorrupt, v)
+	}
+	for _, p := range []*int64{&s.Requests, &s.Errors, &s.FinishLength, &s.UsageMissing, &s.Input, &s.Cached, &s.Output, &s.MaxInput} {
+		if *p, err = binary.ReadVarint(r); err != nil {
+			return errCorrupt
+		}
+	}
+	n, err := binary.ReadUvarint(r)
+	if err != nil || n > 64 {
+		return errCorrupt
+	}
+	for range n {
+		l, err := binary.ReadUvarint(r)
+		if err != nil || l > 16 || int(l) > r.Len() {
+			return errCorrupt
+		}
+		c := make([]byte, l)
+		_, _ = r.Read(c)
+		nanos, err := binary.ReadVarint(r)
+		if err != nil {
+			return errCorrupt
+		}
+		if s.CostNanos == nil {
+			s.CostNanos = map[string]int64{}
+		}
+		s.CostNanos[string(c)] = nanos
+	}
+	for r.Len() > 0 {
+		q, _ := r.ReadByte()
+		l, err := binary.ReadUvarint(r)
+		if err != nil || q >= byte(numQuantities) || int(l) > r.Len() {
+			return errCorrupt
+		}
+		enc := make([]byte, l)
+		_, _ = r.Read(enc)
+		sk, err := ddsketch.DecodeDDSketch(enc, store.BufferedPaginatedStoreConstructor, indexMapping)
+		if err != nil {
+			return fmt.Errorf("%w: sketch %s: %v", errCorrupt, Quantity(q), err)
+		}
+		s.sketches[q] = sk
+	}
+	return nil
+}
+
+// GroupKey names a group of series by the values of some labels, as
+// "model=m1,biz_line=b".
+func GroupKey(k Key, by []string) string {
+	var b strings.Builder
+	for i, l := range by {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(l)
+		b.WriteByte('=')
+		b.WriteString(k.Label(l))
+	}
+	return b.String()
+}
+
+// Minute truncates t to its UTC minute.
+func Minute(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
