@@ -9,7 +9,7 @@ FUZZTIME="${FUZZTIME:-8s}"
 
 # Debian packages the tests use, installed once when missing. Tests that
 # need a server start it themselves on loopback and stop it.
-PKGS=()
+PKGS=(prometheus) # promtool, for deploy/prometheus
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -31,6 +31,10 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+echo "== Prometheus rules (promtool check and unit tests)"
+promtool check rules deploy/prometheus/tollgate-rules.yml
+promtool test rules deploy/prometheus/tollgate-rules.test.yml
 
 echo "== Jaeger v2 for the trace-export test (a separate module; minutes on a cold machine)"
 TOLLGATE_JAEGER=$(tools/jaeger/build.sh)
