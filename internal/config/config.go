@@ -48,6 +48,9 @@ type Config struct {
 	// TraceExport sends one OTLP span per request (GenAI conventions, a
 	// child per latency segment) to a tracing backend; off when empty.
 	TraceExport TraceExport `yaml:"trace_export"`
+	// Admission orders the requests waiting for an upstream slot by
+	// priority (see admission.go).
+	Admission Admission `yaml:"admission"`
 }
 
 // TraceExport configures the OTLP/HTTP span export.
@@ -187,10 +190,22 @@ type Upstream struct {
 	Models   []string `yaml:"models"` // served models; empty: every model (single upstream only)
 	Timeouts Timeouts `yaml:"timeouts"`
 	// MaxConcurrency bounds requests in flight to this upstream (0: no
-	// bound); others wait in the gateway queue, FIFO, up to QueueTimeout,
-	// then get 503 with Retry-After. The wait is the gateway_queue segment.
+	// bound); others wait in the gateway queue, highest priority first
+	// (admission.priorities) and FIFO within a priority, up to
+	// QueueTimeout (default 30s), then get 503 with Retry-After. The wait
+	// is part of the gateway_queue segment.
 	MaxConcurrency int           `yaml:"max_concurrency"`
 	QueueTimeout   time.Duration `yaml:"queue_timeout"`
+	// LongInputTokens turns on the long-input lane: a request whose
+	// estimated input tokens (the admission estimate: the model's
+	// tokenizer, else prompt bytes / 4) exceed it is "long", and at most
+	// LongMaxConcurrency long requests are in flight to this upstream.
+	// Long requests still count against MaxConcurrency, which must be
+	// larger, so max_concurrency − long_max_concurrency slots are always
+	// left to short requests. A long request that waited QueueTimeout
+	// while its lane was full gets 429. 0 (default): no lane.
+	LongInputTokens    int64 `yaml:"long_input_tokens"`
+	LongMaxConcurrency int   `yaml:"long_max_concurrency"`
 }
 
 // Timeouts bound each phase of an upstream exchange. Zero disables one.

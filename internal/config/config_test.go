@@ -36,6 +36,11 @@ func TestBadConfigs(t *testing.T) {
 		"bad_price.bad.yml":               "prices[0].output: must not be negative",
 		"quota_unknown_key.bad.yml":       `quotas.keys.ghost: no auth key named "ghost"`,
 		"quota_typo.bad.yml":              "quotas.users.alice.daily_token: unknown key (line 3)",
+		"long_lane_over_max.bad.yml":      "upstreams[0].long_max_concurrency: must be less than max_concurrency (4), or long requests could take every slot; got 4",
+		"long_lane_no_threshold.bad.yml":  "upstreams[0].long_max_concurrency: needs long_input_tokens, the input size above which a request is long",
+		"long_lane_negative.bad.yml":      "upstreams[0].long_input_tokens: must not be negative (0: no long-input lane)",
+		"priority_unknown_key.bad.yml":    `admission.priorities.keys.ghost: no auth key named "ghost"`,
+		"priority_typo.bad.yml":           "admission.priorities.biz_line: unknown key (line 3)",
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {
@@ -89,6 +94,15 @@ func TestFullConfig(t *testing.T) {
 	}
 	if q, err := cfg.QuotaConfig(); err != nil || q.Keys[HashKey("sk-search-default")[:12]].DailyTokens != 1000000 {
 		t.Errorf("QuotaConfig: %v %+v", err, q.Keys)
+	}
+	if u := cfg.Upstreams[0]; u.MaxConcurrency != 16 || u.QueueTimeout != 20*time.Second || u.LongInputTokens != 8000 || u.LongMaxConcurrency != 4 {
+		t.Errorf("upstream admission not decoded: %+v", u)
+	}
+	if a := cfg.Admission; a.DefaultPriority != 1 || a.Priorities.BizLines["batch"] != -5 {
+		t.Errorf("admission not decoded: %+v", a)
+	}
+	if diff := cmp.Diff(map[string]int{HashKey("sk-search-default")[:12]: 10}, cfg.KeyPriorities()); diff != "" {
+		t.Errorf("KeyPriorities by key id (-want +got):\n%s", diff)
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)

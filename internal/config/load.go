@@ -314,6 +314,7 @@ func (c *Config) Validate() error {
 		if u.QueueTimeout < 0 {
 			bad(p+".queue_timeout", "must not be negative")
 		}
+		errs = append(errs, u.validateLongLane(p)...)
 		t := u.Timeouts
 		for _, d := range []struct {
 			k string
@@ -451,6 +452,7 @@ func (c *Config) Validate() error {
 	} else if _, err := c.QuotaConfig(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Admission.validate("admission", c.Auth.Keys)...)
 	for _, m := range sortedKeys(c.Tokenizers) {
 		if err := c.Tokenizers[m].Validate(); err != nil {
 			bad("tokenizers."+m, "%v", err)

@@ -20,14 +20,22 @@ type admission struct {
 	rate   *quota.Rate
 }
 
-// estimate is the admission estimate of a request's tokens and cost.
-func (g *Gateway) estimate(rec *record.Record, ct *tokenizer.Counter, body []byte) (in, out, costNanos int64) {
-	in = rec.PromptBytes / 4
+// inputEstimate is the admission estimate of a request's input tokens:
+// the model's tokenizer when loaded, else the prompt's bytes over four.
+// Quotas reserve it and the long-input lane is chosen by it.
+func inputEstimate(rec *record.Record, ct *tokenizer.Counter, body []byte) int64 {
+	in := rec.PromptBytes / 4
 	if ct != nil {
 		if n, ok := promptTokens(ct, rec.Endpoint, body); ok {
 			in = n
 		}
 	}
+	return in
+}
+
+// estimate completes the admission estimate of a request with input
+// estimate in: its output tokens and cost.
+func (g *Gateway) estimate(rec *record.Record, in int64) (out, costNanos int64) {
 	if rec.MaxTokens != nil && *rec.MaxTokens > 0 {
 		out = *rec.MaxTokens
 	}
@@ -36,23 +44,21 @@ func (g *Gateway) estimate(rec *record.Record, ct *tokenizer.Counter, body []byt
 			costNanos = c.Nanos
 		}
 	}
-	return in, out, costNanos
+	return out, costNanos
 }
 
-// admit reserves the request's estimate. It returns nil, true when there
-// are no quotas; false when the request was refused (and answered).
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Record, ct *tokenizer.Counter, body []byte, keyBiz string, since func() time.Duration) (*admission, bool) {
+// admit reserves the request's estimate (in: its input estimate). It
+// returns nil, true when there are no quotas; false when the request was
+// refused (and answered).
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Record, in int64, keyBiz string, since func() time.Duration) (*admission, bool) {
 	if g.limiter == nil {
 		return nil, true
 	}
-	in, out, c := g.estimate(rec, ct, body)
+	out, c := g.estimate(rec, in)
 	// A key's own business line is trusted for quotas; a header is not,
 	// or a client could step around its line's quota by changing it. With
 	// no keys configured there is nothing to trust, so the header counts.
-	biz := keyBiz
-	if g.auth.open {
-		biz = rec.BizLine
-	}
+	biz := g.trustedBiz(rec, keyBiz)
 	d, ticket, err := g.limiter.Admit(r.Context(), quota.Request{
 		Subject:        quota.Subject{KeyID: rec.KeyID, UserID: rec.UserID, BizLine: biz},
 		EstInputTokens: in, EstOutputTokens: out, EstCostNanos: c,
@@ -72,6 +78,16 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Reco
 		return nil, false
 	}
 	return &admission{ticket: ticket, rate: &d.Rate}, true
+}
+
+// trustedBiz is the business line admission decisions may rely on: the
+// key's own, or the header's when the gateway is open (no keys: nothing
+// else to trust).
+func (g *Gateway) trustedBiz(rec *record.Record, keyBiz string) string {
+	if g.auth.open {
+		return rec.BizLine
+	}
+	return keyBiz
 }
 
 // settle replaces the reservation with what the request really used,

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
@@ -66,6 +68,10 @@ type Options struct {
 	// Export receives every finished Record for trace export; it must not
 	// block. Nil: no export.
 	Export func(*record.Record)
+	// Registerer, when set, gets the gateway's own collectors: the
+	// upstream queues and slots (tollgate_gateway_queue_*,
+	// tollgate_gateway_slots_in_use).
+	Registerer prometheus.Registerer
 }
 
 // Gateway is the proxy.
@@ -77,6 +83,7 @@ type Gateway struct {
 	commitTO time.Duration
 	auth     *auth
 	routes   *router
+	prio     *priorities
 	mux      *http.ServeMux
 	ready    func() error
 	draining atomic.Bool
@@ -119,6 +126,7 @@ func New(o Options) (*Gateway, error) {
 		commitTO: cmp.Or(o.CommitTimeout, time.Second),
 		auth:     newAuth(o.Config.Auth.Keys),
 		routes:   newRouter(o.Config.Upstreams),
+		prio:     newPriorities(o.Config),
 		ready:    o.Ready,
 		sampleN:  uint32(o.Config.Sampling.Normal * 10000),
 		checkN:   uint32(o.Config.Sampling.TokenizerCheck * 10000),
@@ -133,6 +141,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
+	}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(newAdmissionCollector(g.routes)); err != nil {
+			return nil, fmt.Errorf("gateway: register metrics: %w", err)
+		}
 	}
 	g.counters = newCounters(o.Config.Tokenizers, o.Log)
 	g.counters.preload()
@@ -259,7 +272,11 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 	ct := g.counters.get(rec.Model)
-	adm, ok := g.admit(w, r, rec, ct, body, ident.BizLine, since)
+	var in int64 // the input estimate, when quotas or a long-input lane need it
+	if g.limiter != nil || g.routes.longLanes {
+		in = inputEstimate(rec, ct, body)
+	}
+	adm, ok := g.admit(w, r, rec, in, ident.BizLine, since)
 	if !ok {
 		return
 	}
@@ -273,7 +290,8 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since, cacheKey: ck}
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since, cacheKey: ck,
+		prio: g.prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
 	if adm != nil {
 		ex.rate = adm.rate
 	}

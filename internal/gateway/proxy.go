@@ -52,7 +52,9 @@ type exchange struct {
 	cacheKey   [32]byte    // response cache key; zero when not cacheable
 	trace      traceContext
 	since      func() time.Duration
-	finished   bool // the current attempt's Record was already handed on
+	finished   bool  // the current attempt's Record was already handed on
+	prio       int   // place in upstream queues (admission.priorities)
+	inTokens   int64 // input estimate; picks the long-input lane (0 when no lane needs it)
 }
 
 // complete ends a successful response: the Record is finished and made
@@ -126,19 +128,25 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 	wd := newWatchdog(t.FirstToken, t.Idle, cancel)
 	defer wd.stop()
 
-	release, err := u.acquire(ctx)
+	ln := u.slots.laneOf(ex.inTokens)
+	queued := ex.since()
+	sl, err := u.slots.acquire(ctx, ex.prio, ln)
+	rec.Marks.Admitted = ex.since() // left the gateway queue
+	if u.slots != nil {
+		u.slots.waitObs[ln].Observe((rec.Marks.Admitted - queued).Seconds())
+	}
 	if err != nil {
-		if errors.Is(err, errQueueTimeout) {
+		if e := queueRefusal(u, err); e != nil {
 			ex.w.Header().Set("Retry-After", "1")
-			ex.fail(rec, http.StatusServiceUnavailable, record.ErrQueueTimeout, "upstream "+u.cfg.Name+" is at its concurrency limit; retry")
+			rec.ResponseBytes = int64(writeError(ex.w, e))
+			ex.record(rec, e.Status, e.Code, e.Message)
 			return false
 		}
 		status, typ := ex.classify(ctx, err)
 		ex.fail(rec, status, typ, upstreamMessage(typ, u.cfg.Name))
 		return false
 	}
-	defer release()
-	rec.Marks.Admitted = ex.since() // left the gateway queue
+	defer sl.release()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.base+endpointPath[rec.Endpoint], bytes.NewReader(ex.body))
 	if err != nil {

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 )
@@ -22,39 +22,10 @@ type upstream struct {
 	base     string // URL without trailing slash, e.g. http://127.0.0.1:8000/v1
 	timeouts config.Timeouts
 	client   *http.Client
-	slots    chan struct{} // nil: unbounded; a buffered channel is a FIFO semaphore
+	slots    *slots // nil: unbounded, no queue (see slots.go)
 }
 
-// errQueueTimeout is a request that waited for an upstream slot too long.
-var errQueueTimeout = errors.New("waited too long for a free upstream slot")
-
-// acquire waits for a slot (FIFO: Go wakes channel senders in order).
-func (u *upstream) acquire(ctx context.Context) (release func(), err error) {
-	if u.slots == nil {
-		return func() {}, nil
-	}
-	select {
-	case u.slots <- struct{}{}:
-		return func() { <-u.slots }, nil
-	default:
-	}
-	wait := u.cfg.QueueTimeout
-	if wait <= 0 {
-		wait = 30 * time.Second
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case u.slots <- struct{}{}:
-		return func() { <-u.slots }, nil
-	case <-t.C:
-		return nil, errQueueTimeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func newUpstream(c config.Upstream) *upstream {
+func newUpstream(c config.Upstream, wait *prometheus.HistogramVec) *upstream {
 	t := c.TimeoutsOrDefault()
 	tr := &http.Transport{
 		Proxy:       nil, // an inference engine is reached directly, never via HTTP_PROXY
@@ -69,12 +40,8 @@ func newUpstream(c config.Upstream) *upstream {
 		ResponseHeaderTimeout: 0, // bounded by the first-token timer instead
 		ExpectContinueTimeout: 0,
 	}
-	var slots chan struct{}
-	if c.MaxConcurrency > 0 {
-		slots = make(chan struct{}, c.MaxConcurrency)
-	}
 	return &upstream{
-		slots:    slots,
+		slots:    newSlots(c, wait),
 		cfg:      c,
 		base:     strings.TrimRight(c.URL, "/"),
 		timeouts: t,
@@ -93,13 +60,18 @@ type router struct {
 	all      []*upstream
 	wildcard *upstream // the single upstream with no model list, if so configured
 	next     atomic.Uint64
+	// longLanes: some upstream has a long-input lane, so requests need
+	// their input estimate to pick a lane.
+	longLanes bool
+	wait      *prometheus.HistogramVec // slot waits, by upstream and lane
 }
 
 func newRouter(ups []config.Upstream) *router {
-	rt := &router{byModel: map[string][]*upstream{}}
+	rt := &router{byModel: map[string][]*upstream{}, wait: newWaitHistogram()}
 	for _, c := range ups {
-		u := newUpstream(c)
+		u := newUpstream(c, rt.wait)
 		rt.all = append(rt.all, u)
+		rt.longLanes = rt.longLanes || (u.slots != nil && u.slots.longMax > 0)
 		for _, m := range c.Models {
 			rt.byModel[m] = append(rt.byModel[m], u)
 		}
