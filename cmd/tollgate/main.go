@@ -44,6 +44,8 @@ Usage:
                     latency by input length, cache hit vs miss, long tail, segments, timeline decay
   tollgate tokens count --model M [--chat] [--json] [--jsonl] < input
                     count tokens exactly with the model's own tokenizer (and chat template)
+  tollgate alerts   test [-v] FILE | rules [--config FILE]
+                    unit-test alert rules on synthetic traffic; list the rules that run
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -93,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDiagnose(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
+	case "alerts":
+		return runAlerts(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
 		return nil

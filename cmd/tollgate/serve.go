@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -29,12 +32,13 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
 	"github.com/tollgate-dev/tollgate/internal/web"
+	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
 // newLimiter builds the in-process quota limiter, or nil when no quota is
 // configured. Today's usage per scope is read from the ledger's rollups the
 // first time a scope is seen each day, so a restart does not reset quotas.
-func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter) (quota.Limiter, error) {
+func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
 		return nil, err
@@ -44,7 +48,8 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 	}
 	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
 	seed := func(ctx context.Context, s quota.Scope, day time.Time) (int64, int64, error) {
-		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), Where: map[store.Dim]string{dims[s.Kind]: s.Name}})
+		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), Where: map[store.Dim]string{dims[s.Kind]: s.Name},
+			Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -55,18 +60,51 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 		}
 		return tokens, nanos, nil
 	}
+	quotaLoc, err := time.LoadLocation(q.Timezone) // validated; "" is UTC
+	if err != nil {
+		return nil, err
+	}
 	onEvent := func(e quota.Event) {
+		msg := fmt.Sprintf("%s: %s at %.0f%% (%d of %d)", e.Scope, e.Limit, e.Share*100, e.Used, e.Quota)
 		events.Send(store.Event{
-			At: e.At, Kind: "quota_" + e.Kind, Subject: e.Scope,
-			Message: fmt.Sprintf("%s: %s at %.0f%% (%d of %d)", e.Scope, e.Limit, e.Share*100, e.Used, e.Quota),
-			Data:    fmt.Sprintf(`{"limit":%q,"used":%d,"quota":%d,"share":%g}`, e.Limit, e.Used, e.Quota, e.Share),
+			At: e.At, Kind: "quota_" + e.Kind, Subject: e.Scope, Message: msg,
+			Data: fmt.Sprintf(`{"limit":%q,"used":%d,"quota":%d,"share":%g}`, e.Limit, e.Used, e.Quota, e.Share),
 		})
+		if alerts != nil {
+			alerts.Raise(context.Background(), quotaAlert(e, msg), e.At, quotaUntil(e, quotaLoc))
+		}
 	}
 	l, err := quota.NewLocal(q, time.Now, seed, onEvent)
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// quotaAlert is the alert of a quota event: 80 % used warns, a limit
+// reached or a request refused for its size is critical.
+func quotaAlert(e quota.Event, msg string) alert.Alert {
+	a := alert.Alert{Rule: "quota", Severity: alert.Critical, Labels: map[string]string{"scope": e.Scope, "limit": e.Limit},
+		Value: float64(e.Used), Threshold: float64(e.Quota), Unit: e.Limit, Summary: msg}
+	switch e.Kind {
+	case quota.EventWarning:
+		a.Severity, a.Summary = alert.Warning, msg+": the quota is nearly used up"
+	case quota.EventMaxInput:
+		a.Rule, a.Summary = "large_request_refused", msg+": a single request above the input limit"
+	default:
+		a.Summary = msg + ": requests are being refused (429)"
+	}
+	return a
+}
+
+// quotaUntil is how long a quota alert lasts: a daily limit until the
+// quota day ends, anything else an hour.
+func quotaUntil(e quota.Event, loc *time.Location) time.Time {
+	if strings.HasPrefix(e.Limit, "daily") {
+		d := e.At.In(loc)
+		return time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, loc)
+	}
+	return e.At.Add(time.Hour)
 }
 
 // allocateGPU spreads each closed hour's GPU cost over its requests, a
@@ -265,7 +303,30 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		stopWriter()
 		return err
 	}
-	limiter, err := newLimiter(cfg, st, events)
+	// Alerting: finished requests feed per-minute windows (persisted in
+	// the store, reloaded after a restart); the engine evaluates the rules
+	// and hands what fires to the notifiers, by severity.
+	win := window.New(window.Config{}, st, log.With("component", "window"), reg)
+	if err := win.Load(ctx, time.Now()); err != nil {
+		log.Warn("could not reload the alerting windows; they start empty", "err", err)
+	}
+	disp, err := notify.New(cfg.Notifiers, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	if err != nil {
+		stopWriter()
+		return err
+	}
+	alerts := alert.NewEngine(cfg.Alerts, win, alert.Options{Notifier: disp, Events: events, Log: log.With("component", "alerts"), Registry: reg})
+	alertCtx, stopAlerts := context.WithCancel(context.Background())
+	var alertsDone sync.WaitGroup
+	alertsDone.Go(func() { win.Run(alertCtx) })
+	alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
+	defer func() {
+		stopAlerts()
+		alertsDone.Wait()
+		_ = disp.Close()
+	}()
+
+	limiter, err := newLimiter(cfg, st, events, alerts)
 	if err != nil {
 		stopWriter()
 		return err
@@ -304,7 +365,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Config:         cfg,
 		Log:            log.With("component", "gateway"),
 		Metrics:        metrics.New(reg, models, cfg.Metrics.MaxModels),
-		Sink:           lg.sink,
+		Sink:           func(r *record.Record) func(context.Context) error { win.Observe(r); return lg.sink(r) },
 		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Event:          events.Send,
@@ -313,6 +374,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Joiner:         joiner,
 		Amend:          lg.amend,
 		Export:         export,
+		Registerer:     reg,
 	})
 	if err != nil {
 		stopWriter()
@@ -328,7 +390,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	baseCtx, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
-	api := web.NewAPI(web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api")})
+	api := web.NewAPI(web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
+		Alerts: alerts.Active, Notifiers: disp.Status})
 	if len(cfg.API.Tokens) == 0 {
 		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
 	}

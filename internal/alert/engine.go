@@ -58,6 +58,8 @@ type Engine struct {
 type tracked struct {
 	a          Alert
 	notifiedAt time.Time // zero until it fired
+	// until is when a raised alert (not a rule's) resolves by itself.
+	until time.Time
 }
 
 // Options wire an Engine.
@@ -186,9 +188,12 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 		}
 	}
 	// Groups no longer breaching: a firing alert resolves, a pending one
-	// is forgotten.
+	// is forgotten. Raised alerts resolve when their time is up.
 	for fp, t := range e.active {
 		if _, ok := seen[fp]; ok {
+			continue
+		}
+		if !t.until.IsZero() && now.Before(t.until) {
 			continue
 		}
 		delete(e.active, fp)
@@ -203,6 +208,45 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	}
 	e.mu.Unlock()
 
+	e.emit(ctx, now, out)
+	return out
+}
+
+// Raise fires an alert that no rule computes — a quota nearly used up, a
+// request refused for its size — at once. It lasts until until (then it
+// resolves at the next evaluation); raising it again while it lasts only
+// extends it, and notifies again only when its severity rises or after
+// the repeat interval.
+func (e *Engine) Raise(ctx context.Context, a Alert, now, until time.Time) {
+	a.Fingerprint = fingerprint(a.Rule, labelString(a.Labels))
+	a.State = Firing
+	e.mu.Lock()
+	t := e.active[a.Fingerprint]
+	send := t == nil || severer(a.Severity, t.a.Severity) || now.Sub(t.notifiedAt) >= e.repeat
+	if t == nil {
+		a.StartsAt = now
+		t = &tracked{}
+		e.active[a.Fingerprint] = t
+	} else {
+		a.StartsAt = t.a.StartsAt
+		if !severer(a.Severity, t.a.Severity) {
+			a.Severity = t.a.Severity
+		}
+	}
+	t.a, t.until = a, until
+	if send {
+		t.notifiedAt = now
+	}
+	e.mu.Unlock()
+	if send {
+		e.emit(ctx, now, []Alert{a})
+	}
+}
+
+func severer(a, b Severity) bool { return a == Critical && b != Critical }
+
+// emit logs, stores and notifies transitions.
+func (e *Engine) emit(ctx context.Context, now time.Time, out []Alert) {
 	for _, a := range out {
 		e.log.Warn("alert", "rule", a.Rule, "state", a.State, "severity", a.Severity, "labels", a.Labels, "value", a.Value, "threshold", a.Threshold)
 		if e.events != nil {
@@ -213,7 +257,6 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 			e.notify.Notify(ctx, a)
 		}
 	}
-	return out
 }
 
 // evalRule returns the breaching groups of one rule, by group key.

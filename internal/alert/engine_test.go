@@ -30,6 +30,7 @@ func finished(model string, ttft time.Duration, failed bool) *record.Record {
 	if failed {
 		r.Status, r.ErrorType = 502, "upstream_error"
 	}
+	r.Marks.UpstreamSent = time.Millisecond
 	r.Marks.FirstUpstreamToken, r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = ttft, ttft, e2e, e2e
 	r.Finish()
 	return r
@@ -244,5 +245,38 @@ func TestValidateNamesPaths(t *testing.T) {
 		if err := r.validate("default"); err != nil {
 			t.Errorf("built-in rule %s: %v", r.Name, err)
 		}
+	}
+}
+
+// TestRaise: a raised alert fires at once, is not repeated while it lasts
+// unless it grows severer, and resolves once its time is up.
+func TestRaise(t *testing.T) {
+	agg := window.New(window.Config{}, nil, nil, nil)
+	g := &got{}
+	e := NewEngine(Config{Defaults: new(bool)}, agg, Options{Notifier: g, Events: g})
+	ctx := context.Background()
+	now := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	quota := Alert{Rule: "quota", Severity: Warning, Labels: map[string]string{"scope": "user:bob", "limit": "daily_tokens"}, Summary: "80 %"}
+	e.Raise(ctx, quota, now, now.Add(time.Hour))
+	e.Raise(ctx, quota, now.Add(time.Minute), now.Add(time.Hour))
+	crit := quota
+	crit.Severity = Critical
+	e.Raise(ctx, crit, now.Add(2*time.Minute), now.Add(time.Hour))
+	e.Raise(ctx, quota, now.Add(3*time.Minute), now.Add(time.Hour)) // stays critical
+	if act := e.Active(); len(act) != 1 || act[0].Severity != Critical {
+		t.Errorf("active = %+v, want one critical", act)
+	}
+	e.Eval(ctx, now.Add(30*time.Minute))
+	e.Eval(ctx, now.Add(61*time.Minute))
+	alerts, _, events := g.snapshot()
+	var states []string
+	for _, a := range alerts {
+		states = append(states, string(a.State)+" "+string(a.Severity))
+	}
+	if got := strings.Join(states, ", "); got != "firing warning, firing critical, resolved critical" {
+		t.Errorf("notifications: %s", got)
+	}
+	if len(events) != 3 || len(e.Active()) != 0 {
+		t.Errorf("%d events, %d still active", len(events), len(e.Active()))
 	}
 }

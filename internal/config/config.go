@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/cost"
+	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
 )
@@ -51,6 +53,12 @@ type Config struct {
 	// Admission orders the requests waiting for an upstream slot by
 	// priority (see admission.go).
 	Admission Admission `yaml:"admission"`
+	// Alerts are rules over sliding windows of finished requests (see
+	// internal/alert); the seeds' built-in rules run unless turned off.
+	Alerts alert.Config `yaml:"alerts"`
+	// Notifiers deliver alerts by severity: webhook, Slack, DingTalk,
+	// Feishu/Lark, WeCom, or the log (see internal/notify).
+	Notifiers notify.Config `yaml:"notifiers"`
 }
 
 // TraceExport configures the OTLP/HTTP span export.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate-dev/tollgate/internal/alert"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -41,6 +43,9 @@ func TestBadConfigs(t *testing.T) {
 		"long_lane_negative.bad.yml":      "upstreams[0].long_input_tokens: must not be negative (0: no long-input lane)",
 		"priority_unknown_key.bad.yml":    `admission.priorities.keys.ghost: no auth key named "ghost"`,
 		"priority_typo.bad.yml":           "admission.priorities.biz_line: unknown key (line 3)",
+		"alert_bad_signal.bad.yml":        `alerts.rules[0].signal: unknown signal "ttft_p98"; one of ` + signalNames(),
+		"alert_typo.bad.yml":              "alerts.rules[0].treshold: unknown key (line 5)",
+		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {
@@ -161,4 +166,12 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("empty error message")
 		}
 	})
+}
+
+func signalNames() string {
+	var names []string
+	for _, s := range alert.Signals {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
 }

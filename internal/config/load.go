@@ -452,6 +452,12 @@ func (c *Config) Validate() error {
 	} else if _, err := c.QuotaConfig(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Alerts.Validate("alerts"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Notifiers.Validate("notifiers"); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.Admission.validate("admission", c.Auth.Keys)...)
 	for _, m := range sortedKeys(c.Tokenizers) {
 		if err := c.Tokenizers[m].Validate(); err != nil {

@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
@@ -34,6 +36,10 @@ type Options struct {
 	Loc    *time.Location    // report time zone
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Alerts lists the alerts now pending or firing, and Notifiers the
+	// notifiers' delivery status; either may be nil.
+	Alerts    func() []alert.Alert
+	Notifiers func() []notify.Status
 }
 
 // API is the /api/v1/ handler.
@@ -63,6 +69,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/requests/{id}", a.read(a.getRequest))
 	a.mux.HandleFunc("GET /api/v1/events", a.read(a.listEvents))
 	a.mux.HandleFunc("GET /api/v1/engine", a.read(a.engineSamples))
+	a.mux.HandleFunc("GET /api/v1/alerts", a.read(a.listAlerts))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -299,4 +306,33 @@ func (a *API) engineSamples(w http.ResponseWriter, r *http.Request) {
 			num(e.TTFTP50), num(e.TTFTP95), num(e.TTFTP99), num(e.PromptTokensPerS), num(e.GenerationTokensPerS)})
 	}
 	writeJSON(w, map[string]any{"samples": out})
+}
+
+// listAlerts: GET /api/v1/alerts?since= — the alerts now pending or
+// firing, their history (fired, escalated, resolved; default the last 7
+// days) and each notifier's delivery status.
+func (a *API) listAlerts(w http.ResponseWriter, r *http.Request) {
+	since := a.o.Now().Add(-7 * 24 * time.Hour)
+	if v := r.URL.Query().Get("since"); v != "" {
+		t, err := report.ParseTime(v, a.o.Loc)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "bad_filter", "since: "+err.Error())
+			return
+		}
+		since = t
+	}
+	history, err := a.o.Store.Events(r.Context(), since, alert.EventKind, 500)
+	if err != nil {
+		a.o.Log.Error("list alerts", "err", err)
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the alert history")
+		return
+	}
+	out := map[string]any{"active": []alert.Alert{}, "history": history, "notifiers": []notify.Status{}}
+	if a.o.Alerts != nil {
+		out["active"] = a.o.Alerts()
+	}
+	if a.o.Notifiers != nil {
+		out["notifiers"] = a.o.Notifiers()
+	}
+	writeJSON(w, out)
 }

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
@@ -125,5 +128,48 @@ func TestReportsAndRequests(t *testing.T) {
 	}
 	if code, _ := get(t, srv.URL+"/api/v1/requests/nope", ""); code != 404 {
 		t.Errorf("unknown request: %d", code)
+	}
+}
+
+// TestAlerts: /api/v1/alerts lists the active alerts, the alert history
+// from the store (other events left out) and the notifiers' status.
+func TestAlerts(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.AddEvents(context.Background(), []store.Event{
+		{At: now.Add(-time.Hour), Kind: alert.EventKind, Subject: "error_rate model=m", Message: "firing: many fail"},
+		{At: now.Add(-time.Hour), Kind: "quota_warning", Subject: "user:bob"},
+		{At: now.Add(-30 * 24 * time.Hour), Kind: alert.EventKind, Subject: "old"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	active := []alert.Alert{{Rule: "error_rate", Severity: alert.Critical, State: alert.Firing, Labels: map[string]string{"model": "m"}}}
+	srv := httptest.NewServer(NewAPI(Options{Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now },
+		Alerts:    func() []alert.Alert { return active },
+		Notifiers: func() []notify.Status { return []notify.Status{{Name: "oncall", Type: "dingtalk"}} }}))
+	defer srv.Close()
+	code, body := get(t, srv.URL+"/api/v1/alerts", "")
+	var got struct {
+		Active    []alert.Alert   `json:"active"`
+		History   []store.Event   `json:"history"`
+		Notifiers []notify.Status `json:"notifiers"`
+	}
+	if code != 200 || json.Unmarshal(body, &got) != nil {
+		t.Fatalf("GET /api/v1/alerts: %d %s", code, body)
+	}
+	if len(got.Active) != 1 || got.Active[0].Labels["model"] != "m" || got.Active[0].Severity != alert.Critical {
+		t.Errorf("active = %+v", got.Active)
+	}
+	if len(got.History) != 1 || got.History[0].Subject != "error_rate model=m" {
+		t.Errorf("history = %+v, want only the last week's alert event", got.History)
+	}
+	if len(got.Notifiers) != 1 || got.Notifiers[0].Name != "oncall" {
+		t.Errorf("notifiers = %+v", got.Notifiers)
+	}
+	if code, _ := get(t, srv.URL+"/api/v1/alerts?since=yesterday-ish", ""); code != 400 {
+		t.Errorf("bad since: %d, want 400", code)
 	}
 }

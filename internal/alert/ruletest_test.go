@@ -1,0 +1,109 @@
+package alert
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+func scratch(t *testing.T) Scratch {
+	return func(i int) (window.Persister, func() error, error) {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), fmt.Sprintf("t%d.db", i)), nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
+	}
+}
+
+// TestBuiltinRules runs the shipped scenarios: each seed scenario fires
+// its rule at its severity, and steady noisy traffic fires nothing.
+func TestBuiltinRules(t *testing.T) {
+	b, err := os.ReadFile("testdata/builtin.test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParseTestFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := RunTests(context.Background(), f, scratch(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		for _, fail := range r.Failures {
+			t.Errorf("%s: %s\n  fired: %s", r.Name, fail, strings.Join(r.Fired, "; "))
+		}
+	}
+}
+
+// TestRuleTestCatchesWrongExpectations: the runner fails a test whose
+// expectation is wrong, both ways.
+func TestRuleTestCatchesWrongExpectations(t *testing.T) {
+	f, err := ParseTestFile([]byte(`
+alerts:
+  defaults: false
+  rules:
+    - {name: errs, signal: error_rate, windows: [1m], threshold: {warning: 0.1}, min_requests: 10}
+tests:
+  - name: expects nothing but errors fire
+    series:
+      - labels: {model: m}
+        errors: "0.5"
+    expect:
+      - at: 10m
+  - name: expects a firing that never comes
+    series:
+      - labels: {model: m}
+    expect:
+      - at: 10m
+        firing: [{rule: errs, severity: warning}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := RunTests(context.Background(), f, scratch(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || len(res[0].Failures) != 1 || !strings.Contains(res[0].Failures[0], "errs") || !strings.Contains(res[0].Failures[0], "not expected") {
+		t.Errorf("first test: %+v", res[0].Failures)
+	}
+	if len(res[1].Failures) != 1 || !strings.Contains(res[1].Failures[0], "want errs") {
+		t.Errorf("second test: %+v", res[1].Failures)
+	}
+}
+
+func TestParseTestFileErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"tests: []", "tests: none"},
+		{"alerts: {rules: [{name: x, signal: nope, threshold: {warning: 1}}]}\ntests: [{name: a}]", `alerts.rules[0].signal: unknown signal "nope"`},
+		{"tests: [{name: a, series: [{ttft: '0.2x'}]}]", `tests[0].series[0].ttft: "0.2x": want VALUExCOUNT`},
+		{"tests: [{name: a, series: [{labels: {colour: red}}]}]", `tests[0].series[0].labels: unknown label "colour"`},
+		{"tests: [{name: a, sereis: []}]", "field sereis not found"},
+		{"tests: [{name: a, expect: [{at: 1m, firing: [{rule: x, severity: high}]}]}]", `tests[0].expect[0].firing[0].severity: "high"`},
+	} {
+		_, err := ParseTestFile([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestExpand(t *testing.T) {
+	got, err := expand("0.5x2 1+1x3 _ 4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[0.5 0.5 1 2 3 4 NaN 4]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("expand = %v, want %s", got, want)
+	}
+}
