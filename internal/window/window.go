@@ -24,9 +24,10 @@ import (
 
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/DataDog/sketches-go/ddsketch/mapping"
-	"github.com/DataDog/sketches-go/ddsketch/store"
+	sketchstore "github.com/DataDog/sketches-go/ddsketch/store"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // RelativeAccuracy is the sketches' guarantee: a quantile read from a
@@ -108,24 +109,21 @@ var indexMapping = func() mapping.IndexMapping {
 }()
 
 func newSketch() *ddsketch.DDSketch {
-	return ddsketch.NewDDSketch(indexMapping, store.NewBufferedPaginatedStore(), store.NewBufferedPaginatedStore())
+	return ddsketch.NewDDSketch(indexMapping, sketchstore.NewBufferedPaginatedStore(), sketchstore.NewBufferedPaginatedStore())
 }
 
-// Add adds one finished request.
+// Add adds one finished request. Counts follow the rollups' definitions
+// (store.TotalsOf), so an alert and a report never disagree on what an
+// error or a missing usage is.
 func (s *Stats) Add(r *record.Record) {
-	s.Requests++
-	if r.ErrorType != "" {
-		s.Errors++
-	}
-	if r.FinishReason == "length" {
-		s.FinishLength++
-	}
-	if r.Upstream != "" && r.Usage.Source != record.SourceEngine {
-		s.UsageMissing++
-	}
-	s.Input += r.Usage.InputTokens
-	s.Cached += r.Usage.CachedInputTokens
-	s.Output += r.Usage.OutputTokens
+	t := store.TotalsOf(r)
+	s.Requests += t.Requests
+	s.Errors += t.Errors
+	s.FinishLength += t.FinishLength
+	s.UsageMissing += t.UsageMissing
+	s.Input += t.Input
+	s.Cached += t.Cached
+	s.Output += t.Output
 	s.MaxInput = max(s.MaxInput, r.Usage.InputTokens)
 	if r.Cost.Currency != "" {
 		if s.CostNanos == nil {
@@ -287,7 +285,7 @@ func (s *Stats) UnmarshalBinary(data []byte) error {
 		}
 		enc := make([]byte, l)
 		_, _ = r.Read(enc)
-		sk, err := ddsketch.DecodeDDSketch(enc, store.BufferedPaginatedStoreConstructor, indexMapping)
+		sk, err := ddsketch.DecodeDDSketch(enc, sketchstore.BufferedPaginatedStoreConstructor, indexMapping)
 		if err != nil {
 			return fmt.Errorf("%w: sketch %s: %v", errCorrupt, Quantity(q), err)
 		}
