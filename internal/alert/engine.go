@@ -24,8 +24,8 @@ import (
 // Windows is what rules read: the aggregator's recent minutes and closed
 // hours from the store.
 type Windows interface {
-	Window(from, to time.Time, sel window.Selector, by []string) map[string]*window.Group
-	Hour(ctx context.Context, h time.Time, sel window.Selector, by []string) (map[string]*window.Group, error)
+	Window(from, to time.Time, sel window.Selector, by []string, q window.Quantity) map[string]*window.Group
+	Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error)
 }
 
 // Events is where the alert history goes (the store's event log).
@@ -270,7 +270,7 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 	var bdur time.Duration
 	if r.Baseline != nil {
 		var err error
-		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel); err != nil {
+		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity); err != nil {
 			e.log.Error("alert rule: reading the baseline failed", "rule", r.Name, "err", err)
 			return nil
 		}
@@ -278,7 +278,7 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 	var verdict map[string]breach
 	for i, w := range r.Windows {
 		from := now.Add(-w)
-		cur, err := e.window(ctx, from, now, sel, r.By)
+		cur, err := e.window(ctx, from, now, sel, r.By, sig.quantity)
 		if err != nil {
 			e.log.Error("alert rule: reading the window failed", "rule", r.Name, "err", err)
 			return nil
@@ -362,14 +362,14 @@ func judge(v float64, l *Levels, below bool) (Severity, float64) {
 
 // window reads [from, to): minutes from memory, and whole hours from the
 // store for the part older than memory holds.
-func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Selector, by []string) (map[string]*window.Group, error) {
+func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {
 	memStart := to.Add(-e.memory).Truncate(time.Hour).Add(time.Hour)
 	if !from.Before(memStart) {
-		return e.w.Window(from, to, sel, by), nil
+		return e.w.Window(from, to, sel, by, q), nil
 	}
-	out := e.w.Window(memStart, to, sel, by)
+	out := e.w.Window(memStart, to, sel, by, q)
 	for h := from.Truncate(time.Hour); h.Before(memStart); h = h.Add(time.Hour) {
-		hg, err := e.w.Hour(ctx, h, sel, by)
+		hg, err := e.w.Hour(ctx, h, sel, by, q)
 		if err != nil {
 			return nil, err
 		}
@@ -386,18 +386,18 @@ func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Sele
 
 // baseline reads the earlier window a baseline rule compares with — the
 // one before a window of length w ending now — and how long it is.
-func (e *Engine) baseline(ctx context.Context, r Rule, now time.Time, w time.Duration, sel window.Selector) (map[string]*window.Group, time.Duration, error) {
+func (e *Engine) baseline(ctx context.Context, r Rule, now time.Time, w time.Duration, sel window.Selector, q window.Quantity) (map[string]*window.Group, time.Duration, error) {
 	b := r.Baseline
 	if b.Previous > 0 {
 		to := now.Add(-w)
-		g, err := e.window(ctx, to.Add(-b.Previous), to, sel, r.By)
+		g, err := e.window(ctx, to.Add(-b.Previous), to, sel, r.By, q)
 		return g, b.Previous, err
 	}
 	// The same clock hour on each of the last days, merged: a P99 over
 	// 14 hours of traffic like this one.
 	out := map[string]*window.Group{}
 	for d := 1; d <= b.SameHourDays; d++ {
-		hg, err := e.w.Hour(ctx, now.Add(-time.Duration(d)*24*time.Hour).Truncate(time.Hour), sel, r.By)
+		hg, err := e.w.Hour(ctx, now.Add(-time.Duration(d)*24*time.Hour).Truncate(time.Hour), sel, r.By, q)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -82,6 +82,8 @@ type Signal struct {
 	// sum: the value grows with the window's length (a count), so a
 	// baseline over a longer window is scaled down to the window's.
 	sum bool
+	// quantity is the sketch the value reads, NoQuantity for counts.
+	quantity window.Quantity
 	// value of the stats over a window of length w; n is how many
 	// requests (or samples) it rests on.
 	value func(s *window.Stats, w time.Duration, currency string) (v float64, n int64)
@@ -97,8 +99,8 @@ var Signals = func() []Signal {
 			unit = "tokens"
 		}
 		for _, p := range []float64{0.5, 0.95, 0.99} {
-			out = append(out, Signal{fmt.Sprintf("%s_p%g", qty, p*100), unit, fmt.Sprintf("P%g of %s", p*100, qty), false,
-				func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+			out = append(out, Signal{Name: fmt.Sprintf("%s_p%g", qty, p*100), Unit: unit, Help: fmt.Sprintf("P%g of %s", p*100, qty), quantity: qty,
+				value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 					v, _ := s.Quantile(qty, p)
 					return v, s.Requests
 				}})
@@ -111,31 +113,31 @@ var Signals = func() []Signal {
 		return float64(a) / float64(b)
 	}
 	return append(out,
-		Signal{"requests", "requests", "requests that finished in the window", true, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "requests", Unit: "requests", Help: "requests that finished in the window", sum: true, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return float64(s.Requests), s.Requests
 		}},
-		Signal{"error_rate", "ratio", "share of requests that failed", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "error_rate", Unit: "ratio", Help: "share of requests that failed", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return ratio(s.Errors, s.Requests), s.Requests
 		}},
-		Signal{"length_share", "ratio", "share of answers cut by max_tokens (finish_reason=length)", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "length_share", Unit: "ratio", Help: "share of answers cut by max_tokens (finish_reason=length)", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return ratio(s.FinishLength, s.Requests), s.Requests
 		}},
-		Signal{"usage_missing_share", "ratio", "share of requests whose engine reported no usage", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "usage_missing_share", Unit: "ratio", Help: "share of requests whose engine reported no usage", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return ratio(s.UsageMissing, s.Requests), s.Requests
 		}},
-		Signal{"input_tokens_per_request", "tokens", "average input tokens per request", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "input_tokens_per_request", Unit: "tokens", Help: "average input tokens per request", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return ratio(s.Input, s.Requests), s.Requests
 		}},
-		Signal{"output_tokens_per_request", "tokens", "average output tokens per request", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "output_tokens_per_request", Unit: "tokens", Help: "average output tokens per request", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return ratio(s.Output, s.Requests), s.Requests
 		}},
-		Signal{"max_input_tokens", "tokens", "the largest single request's input tokens", false, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "max_input_tokens", Unit: "tokens", Help: "the largest single request's input tokens", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return float64(s.MaxInput), s.Requests
 		}},
-		Signal{"tokens", "tokens", "input + output tokens in the window", true, func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
+		Signal{Name: "tokens", Unit: "tokens", Help: "input + output tokens in the window", sum: true, quantity: window.NoQuantity, value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
 			return float64(s.Input + s.Output), s.Requests
 		}},
-		Signal{"cost_per_hour", "per hour", "cost in the window's currency, per hour", false, func(s *window.Stats, w time.Duration, cur string) (float64, int64) {
+		Signal{Name: "cost_per_hour", Unit: "per hour", Help: "cost in the window's currency, per hour", sum: false, quantity: window.NoQuantity, value: func(s *window.Stats, w time.Duration, cur string) (float64, int64) {
 			return float64(s.CostNanos[cur]) / 1e9 / w.Hours(), s.Requests
 		}},
 	)

@@ -231,9 +231,10 @@ func (sel Selector) match(k Key) bool {
 
 // Window merges the minutes of [from, to) (rounded to minutes) held in
 // memory, grouped by the labels in by; series not matching sel are left
-// out. The result maps GroupKey to the group's Stats and one Key carrying
-// its labels.
-func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string) map[string]*Group {
+// out. Counts are always summed; of the sketches only q's (AllQuantity:
+// every one, NoQuantity: none). The result maps GroupKey to the group's
+// Stats and one Key carrying its labels.
+func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string, q Quantity) map[string]*Group {
 	out := map[string]*Group{}
 	f, t := Minute(from).Unix(), Minute(to).Unix()
 	a.mu.Lock()
@@ -246,7 +247,7 @@ func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string) map[s
 			if !sel.match(k) {
 				continue
 			}
-			addTo(out, k, by, s)
+			addTo(out, k, by, s, q)
 		}
 	}
 	return out
@@ -258,7 +259,7 @@ type Group struct {
 	Stats Stats
 }
 
-func addTo(out map[string]*Group, k Key, by []string, s *Stats) {
+func addTo(out map[string]*Group, k Key, by []string, s *Stats, q Quantity) {
 	gk := GroupKey(k, by)
 	g := out[gk]
 	if g == nil {
@@ -277,14 +278,14 @@ func addTo(out map[string]*Group, k Key, by []string, s *Stats) {
 		}
 		out[gk] = g
 	}
-	g.Stats.Merge(s)
+	g.Stats.merge(s, q)
 }
 
 // Hour merges one closed UTC hour [h, h+1h) from the store, for baselines
 // that reach back days. Closed hours do not change, so each is read once
 // and kept (up to 400 hours). Only ask for hours that closed more than
 // Grace ago.
-func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []string) (map[string]*Group, error) {
+func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []string, q Quantity) (map[string]*Group, error) {
 	h = h.UTC().Truncate(time.Hour)
 	a.hourMu.Lock()
 	series, ok := a.hours[h.Unix()]
@@ -319,7 +320,7 @@ func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []s
 	out := map[string]*Group{}
 	for k, s := range series {
 		if sel.match(k) {
-			addTo(out, k, by, s)
+			addTo(out, k, by, s, q)
 		}
 	}
 	return out, nil

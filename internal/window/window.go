@@ -51,6 +51,13 @@ const (
 	numQuantities
 )
 
+// Windows merge only the sketch a reader asks for: merging sketches is
+// most of the cost of reading a window.
+const (
+	NoQuantity  Quantity = -1            // counts only
+	AllQuantity Quantity = numQuantities // every sketch
+)
+
 // QuantityNames name the quantities in rules and the API.
 var QuantityNames = [numQuantities]string{"ttft", "tpot", "e2e", "gateway_queue", "engine_queue", "prefill", "decode", "input_tokens", "output_tokens"}
 
@@ -172,7 +179,10 @@ func (s *Stats) observe(q Quantity, v float64) {
 }
 
 // Merge adds o into s.
-func (s *Stats) Merge(o *Stats) {
+func (s *Stats) Merge(o *Stats) { s.merge(o, AllQuantity) }
+
+// merge adds o's counts into s, and its sketch of q (or all, or none).
+func (s *Stats) merge(o *Stats, want Quantity) {
 	s.Requests += o.Requests
 	s.Errors += o.Errors
 	s.FinishLength += o.FinishLength
@@ -188,7 +198,7 @@ func (s *Stats) Merge(o *Stats) {
 		s.CostNanos[c] += n
 	}
 	for q, sk := range o.sketches {
-		if sk == nil {
+		if sk == nil || (want != AllQuantity && Quantity(q) != want) {
 			continue
 		}
 		if s.sketches[q] == nil {

@@ -53,7 +53,7 @@ func TestQuantileAccuracy(t *testing.T) {
 		a.Add(req("m", at, ttft, ttft+time.Second, 100, 20))
 		ttfts = append(ttfts, ttft.Seconds())
 	}
-	g := a.Window(t0, t0.Add(2*time.Hour), nil, nil)[""]
+	g := a.Window(t0, t0.Add(2*time.Hour), nil, nil, AllQuantity)[""]
 	if g == nil || g.Stats.Requests != 5000 {
 		t.Fatalf("window = %+v, want 5000 requests", g)
 	}
@@ -89,14 +89,14 @@ func TestWindowSelectsAndGroups(t *testing.T) {
 		a.Add(req("m1", at, 100*time.Millisecond, time.Second, 10, 1))
 		a.Add(req("m2", at, 900*time.Millisecond, time.Second, 10, 1))
 	}
-	w := a.Window(t0.Add(2*time.Minute), t0.Add(5*time.Minute), nil, []string{"model"})
+	w := a.Window(t0.Add(2*time.Minute), t0.Add(5*time.Minute), nil, []string{"model"}, TTFT)
 	if len(w) != 2 || w["model=m1"].Stats.Requests != 3 || w["model=m2"].Stats.Requests != 3 || w["model=m1"].Key.Model != "m1" {
 		t.Fatalf("groups = %v", w)
 	}
 	if v, _ := w["model=m2"].Stats.Quantile(TTFT, 0.5); math.Abs(v-0.9) > 0.01 {
 		t.Errorf("m2 P50 TTFT = %v, want ≈ 0.9", v)
 	}
-	only := a.Window(t0, t0.Add(time.Hour), Selector{"model": "m1"}, nil)
+	only := a.Window(t0, t0.Add(time.Hour), Selector{"model": "m1"}, nil, NoQuantity)
 	if only[""].Stats.Requests != 10 {
 		t.Errorf("selected m1: %d requests, want 10", only[""].Stats.Requests)
 	}
@@ -126,7 +126,7 @@ func TestPersistAndReload(t *testing.T) {
 	if err := b.Load(ctx, now.Add(5*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	w := b.Window(t0, t0.Add(time.Hour), nil, nil)[""]
+	w := b.Window(t0, t0.Add(time.Hour), nil, nil, AllQuantity)[""]
 	if w == nil || w.Stats.Requests != 31 || w.Stats.Input != 31*50 {
 		t.Fatalf("reloaded window = %+v, want 31 requests", w)
 	}
@@ -148,7 +148,7 @@ func TestPersistAndReload(t *testing.T) {
 		t.Errorf("store holds %d requests, want 31", n)
 	}
 	// Hour reads a closed hour back from the store.
-	h, err := b.Hour(ctx, t0, nil, []string{"model"})
+	h, err := b.Hour(ctx, t0, nil, []string{"model"}, NoQuantity)
 	if err != nil || h["model=m"].Stats.Requests != 31 {
 		t.Errorf("Hour = %v, %v; want 31 requests", h, err)
 	}
