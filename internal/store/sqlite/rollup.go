@@ -410,42 +410,55 @@ func pickTable(g grain, need []string) rollupTable {
 	return t
 }
 
-func ceilDay(t time.Time, loc *time.Location) time.Time {
-	if t.IsZero() {
-		return t
+// startOfDay is when local day y-m-d begins in loc (the day normalised
+// as time.Date does). Where a clock change skips midnight (Havana,
+// Santiago), the day begins at the change, not at the 23:00 of the day
+// before that time.Date would give.
+func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
+	y, m, d = time.Date(y, m, d, 12, 0, 0, 0, loc).Date() // noon always exists
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if t.Day() != d {
+		_, t = t.ZoneBounds() // the change: the first instant of day d
 	}
-	d := floorDay(t, loc)
-	if d.Before(t) {
-		d = time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, loc)
-	}
-	return d
+	return t
 }
 
 func floorDay(t time.Time, loc *time.Location) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	lt := t.In(loc)
-	return time.Date(lt.Year(), lt.Month(), lt.Day(), 0, 0, 0, 0, loc)
+	y, m, d := t.In(loc).Date()
+	return startOfDay(y, m, d, loc)
 }
 
-func ceilMonth(t time.Time, loc *time.Location) time.Time {
+func ceilDay(t time.Time, loc *time.Location) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	m := floorMonth(t, loc)
-	if m.Before(t) {
-		m = time.Date(m.Year(), m.Month()+1, 1, 0, 0, 0, 0, loc)
+	if f := floorDay(t, loc); !f.Before(t) {
+		return f
 	}
-	return m
+	y, m, d := t.In(loc).Date()
+	return startOfDay(y, m, d+1, loc)
 }
 
 func floorMonth(t time.Time, loc *time.Location) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	lt := t.In(loc)
-	return time.Date(lt.Year(), lt.Month(), 1, 0, 0, 0, 0, loc)
+	y, m, _ := t.In(loc).Date()
+	return startOfDay(y, m, 1, loc)
+}
+
+func ceilMonth(t time.Time, loc *time.Location) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	if f := floorMonth(t, loc); !f.Before(t) {
+		return f
+	}
+	y, m, _ := t.In(loc).Date()
+	return startOfDay(y, m+1, 1, loc)
 }
 
 // Report sums the billing rollups over the spans plan chooses and adds
@@ -748,16 +761,20 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 	ns := func(cut time.Time) any { return cut.UnixNano() }
 	sec := func(cut time.Time) any { return cut.Unix() }
 	day := func(cut time.Time) any { return bucket(grainDay, cut, s.loc) }
-	// A month goes once all of it is older than the retention.
+	// A month goes once all of it is older than the retention, and the
+	// day rollups go with their month: reports read whole months from the
+	// month rollups and the rest from the day rollups, which must cover
+	// the same months to agree.
 	month := func(cut time.Time) any { return bucket(grainMonth, cut, s.loc) }
+	monthDays := func(cut time.Time) any { return bucket(grainDay, floorMonth(cut, s.loc), s.loc) }
 	jobs := []job{
 		{r.Details, "DELETE FROM request_details WHERE request_id IN (SELECT d.request_id FROM request_details d JOIN requests q USING (request_id) WHERE q.arrival < ? LIMIT 5000)", ns},
 		{r.Ledger, "DELETE FROM requests WHERE rowid IN (SELECT rowid FROM requests WHERE arrival < ? LIMIT 5000)", ns},
 		{r.Minute, "DELETE FROM rollup_minute WHERE bucket < ?", sec},
 		{r.Hour, "DELETE FROM rollup_hour WHERE bucket < ?", sec},
-		{r.Day, "DELETE FROM rollup_day WHERE bucket < ?", day},
+		{r.Day, "DELETE FROM rollup_day WHERE bucket < ?", monthDays},
 		{r.Day, "DELETE FROM prompt_day WHERE bucket < ?", day},
-		{r.Day, "DELETE FROM rollup_day_user WHERE bucket < ?", day},
+		{r.Day, "DELETE FROM rollup_day_user WHERE bucket < ?", monthDays},
 		{r.Day, "DELETE FROM rollup_month WHERE bucket < ?", month},
 		{r.Day, "DELETE FROM rollup_month_user WHERE bucket < ?", month},
 		{r.Events, "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT 5000)", ns},

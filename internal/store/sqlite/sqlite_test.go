@@ -386,7 +386,7 @@ func TestAnalyticsConformance(t *testing.T) {
 // daylight-saving change (23- and 25-hour days) and with midnights off the
 // UTC hour (read from hourly rollups alone).
 func TestReportPeriodsInZones(t *testing.T) {
-	for _, name := range []string{"America/New_York", "Asia/Kolkata", "Asia/Shanghai"} {
+	for _, name := range []string{"America/New_York", "America/Havana", "Asia/Kolkata", "Asia/Shanghai"} {
 		t.Run(name, func(t *testing.T) {
 			loc, err := time.LoadLocation(name)
 			if err != nil {

@@ -38,6 +38,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"Prompts", testPrompts},
 		{"Events", testEvents},
 		{"Prune", testPrune},
+		{"PruneRollupsByMonth", testPruneRollupsByMonth},
 		{"BadDimension", testBadDimension},
 		{"SetEngineTiming", testSetEngineTiming},
 		{"EngineSamples", testEngineSamples},
@@ -213,6 +214,11 @@ func ReportPeriods(t *testing.T, s AnalyticsStore, loc *time.Location) {
 		{at(2, 1, 0), at(2, 28, 0)},  // days of one month
 		{at(1, 1, 0), at(5, 1, 0)},   // months beyond the data
 		{at(3, 31, 23), at(4, 1, 1)}, // hours after the data
+		{at(3, 7, 0), at(3, 10, 0)},  // days across New York's spring change
+		{at(3, 8, 1), at(3, 9, 5)},   // hours of a 23-hour day (in Havana: a day that starts at 01:00)
+		{at(3, 7, 12), at(3, 10, 0)}, // hours, then the day whose midnight Havana skips
+		{at(3, 5, 0), at(3, 8, 12)},  // days, then hours of that day
+		{at(3, 8, 0), at(3, 9, 0)},   // that day alone (in Havana its midnight does not exist)
 	}
 	type by struct {
 		dims []store.Dim
@@ -601,5 +607,49 @@ func testWindowMinutes(t *testing.T, s AnalyticsStore) {
 	}
 	if len(got) != 1 || got[0].Model != "m2" {
 		t.Errorf("after pruning to 30 minutes: %+v, want only the minute at 90", got)
+	}
+}
+
+// testPruneRollupsByMonth: day rollups go a whole month at a time, with
+// the month's own rollup, so a report read from months and one read from
+// days agree after retention.
+func testPruneRollupsByMonth(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	start := time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC)
+	recs := make([]*record.Record, 300)
+	for i := range recs {
+		r := Record(i)
+		r.Arrival = start.Add(time.Duration(i) * 5 * time.Hour) // to the end of March
+		r.Cost = record.Cost{Nanos: 100, Currency: "USD"}
+		r.Finish()
+		recs[i] = r
+	}
+	insert(t, s, recs...)
+	now := time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)
+	if _, err := s.Prune(ctx, now, store.Retention{Day: 30 * 24 * time.Hour}); err != nil { // cut: Feb 13
+		t.Fatal(err)
+	}
+	total := func(q store.ReportQuery) int64 {
+		rows, err := s.Report(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, r := range rows {
+			n += r.Requests
+		}
+		return n
+	}
+	feb := func(r *record.Record) bool { return !r.Arrival.Before(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) }
+	want := int64(len(filter(recs, feb)))
+	for _, q := range []store.ReportQuery{
+		{},                                   // months where it can
+		{GroupBy: []store.Dim{store.DimDay}}, // days only
+		{GroupBy: []store.Dim{store.DimKey}}, // the full day rollup
+		{GroupBy: []store.Dim{store.DimUser, store.DimMonth}},
+	} {
+		if got := total(q); got != want {
+			t.Errorf("after retention, grouped by %v: %d requests, want %d (February on: January gone whole, February kept whole)", q.GroupBy, got, want)
+		}
 	}
 }
