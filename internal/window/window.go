@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"slices"
@@ -169,13 +170,19 @@ func (s *Stats) Add(r *record.Record) {
 	}
 }
 
+// maxValue bounds what a sketch holds (seconds or tokens), and so the
+// bin indexes a stored sketch may carry.
+const maxValue = 1e9
+
+var minIndex, maxIndex = indexMapping.Index(indexMapping.MinIndexableValue()), indexMapping.Index(maxValue)
+
 func (s *Stats) observe(q Quantity, v float64) {
 	if s.sketches[q] == nil {
 		s.sketches[q] = newSketch()
 	}
 	// Zero is a valid value (no queue); negatives cannot occur but must
 	// not fail the sketch.
-	_ = s.sketches[q].Add(math.Max(v, 0))
+	_ = s.sketches[q].Add(min(max(v, 0), maxValue))
 }
 
 // Merge adds o into s.
@@ -243,13 +250,72 @@ func (s *Stats) MarshalBinary() ([]byte, error) {
 		if sk == nil {
 			continue
 		}
-		var enc []byte
-		sk.Encode(&enc, true)
+		enc := encodeSketch(nil, sk)
 		b = append(b, byte(q))
 		b = binary.AppendUvarint(b, uint64(len(enc)))
 		b = append(b, enc...)
 	}
 	return b, nil
+}
+
+// A sketch is stored as its zero count, then its bins as (index, count):
+// a format of our own, so that decoding can bound what it builds (the
+// library's decoder sizes its pages from the indexes it reads, and a few
+// bad bytes could ask for gigabytes).
+func encodeSketch(b []byte, sk *ddsketch.DDSketch) []byte {
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(sk.GetZeroCount()))
+	n := 0
+	sk.GetPositiveValueStore().ForEach(func(int, float64) bool { n++; return false })
+	b = binary.AppendUvarint(b, uint64(n))
+	sk.GetPositiveValueStore().ForEach(func(i int, c float64) bool {
+		b = binary.AppendVarint(b, int64(i))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c))
+		return false
+	})
+	return b
+}
+
+func decodeSketch(b []byte) (*ddsketch.DDSketch, error) {
+	count := func(b []byte) (float64, bool) {
+		c := math.Float64frombits(binary.LittleEndian.Uint64(b))
+		return c, c >= 0 && !math.IsInf(c, 0) && !math.IsNaN(c)
+	}
+	if len(b) < 8 {
+		return nil, errCorrupt
+	}
+	zero, ok := count(b)
+	if !ok {
+		return nil, errCorrupt
+	}
+	r := bytes.NewReader(b[8:])
+	n, err := binary.ReadUvarint(r)
+	if err != nil || n > uint64(r.Len()/9) { // a bin takes at least 9 bytes
+		return nil, errCorrupt
+	}
+	pos := sketchstore.NewBufferedPaginatedStore()
+	var buf [8]byte
+	for range n {
+		i, err := binary.ReadVarint(r)
+		if err != nil || i < int64(minIndex) || i > int64(maxIndex) {
+			return nil, errCorrupt
+		}
+		if _, err := io.ReadFull(r, buf[:]); err != nil {
+			return nil, errCorrupt
+		}
+		c, ok := count(buf[:])
+		if !ok || c == 0 {
+			return nil, errCorrupt
+		}
+		pos.AddWithCount(int(i), c)
+	}
+	if r.Len() != 0 {
+		return nil, errCorrupt
+	}
+	sk := ddsketch.NewDDSketch(indexMapping, pos, sketchstore.NewBufferedPaginatedStore())
+	if zero > 0 {
+		_ = sk.AddWithCount(0, zero)
+	}
+	return sk, nil
 }
 
 var errCorrupt = errors.New("window: corrupt stats encoding")
@@ -295,9 +361,9 @@ func (s *Stats) UnmarshalBinary(data []byte) error {
 		}
 		enc := make([]byte, l)
 		_, _ = r.Read(enc)
-		sk, err := ddsketch.DecodeDDSketch(enc, sketchstore.BufferedPaginatedStoreConstructor, indexMapping)
-		if err != nil {
-			return fmt.Errorf("%w: sketch %s: %v", errCorrupt, Quantity(q), err)
+		sk, err := decodeSketch(enc)
+		if err != nil || s.sketches[q] != nil {
+			return fmt.Errorf("%w: sketch %d", errCorrupt, q)
 		}
 		s.sketches[q] = sk
 	}
