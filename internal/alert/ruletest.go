@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,35 +118,41 @@ func (s Series) fields() map[string]string {
 		"input_tokens": s.InputTokens, "output_tokens": s.OutputTokens, "errors": s.Errors, "finish_length": s.Length, "cost": s.CostPerReq}
 }
 
+// seriesToken is one token of a series: a value, an optional step and an
+// optional count, as in promtool ("1e-3x5", "1+1x3", "_x4").
+var seriesToken = regexp.MustCompile(`^(_|[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)([-+](?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)?(?:x([0-9]+))?$`)
+
 // expand turns "0.2x3 1+1x2 _" into [0.2 0.2 0.2 1 2 3 NaN]; NaN is a
-// minute without requests.
+// minute without requests. As in promtool, "a+bxN" is N+1 values and
+// "axN" N (a repeated), "_xN" N empty minutes.
 func expand(s string) ([]float64, error) {
 	var out []float64
 	for _, tok := range strings.Fields(s) {
-		if tok == "_" {
-			out = append(out, math.NaN())
+		m := seriesToken.FindStringSubmatch(tok)
+		if m == nil || (m[1] == "_" && m[2] != "") {
+			return nil, fmt.Errorf("%q: want VALUE, VALUExCOUNT, VALUE+STEPxCOUNT or _ (a minute without requests)", tok)
+		}
+		n := 1
+		if m[3] != "" {
+			var err error
+			if n, err = strconv.Atoi(m[3]); err != nil || n < 1 || n > 1_000_000 {
+				return nil, fmt.Errorf("%q: want a count from 1 to 1000000", tok)
+			}
+		}
+		if m[1] == "_" {
+			for range n {
+				out = append(out, math.NaN())
+			}
 			continue
 		}
-		base, rep, hasX := strings.Cut(tok, "x")
-		n := 1
-		if hasX {
-			var err error
-			if n, err = strconv.Atoi(rep); err != nil || n < 1 {
-				return nil, fmt.Errorf("%q: want VALUExCOUNT with a positive count", tok)
-			}
-		}
+		v, _ := strconv.ParseFloat(m[1], 64) // the pattern admits numbers only
 		step := 0.0
-		if i := strings.LastIndexAny(base, "+-"); i > 0 && hasX {
-			var err error
-			if step, err = strconv.ParseFloat(base[i:], 64); err != nil {
-				return nil, fmt.Errorf("%q: bad step", tok)
+		if m[2] != "" {
+			if m[3] == "" {
+				return nil, fmt.Errorf("%q: a step needs a count (VALUE+STEPxCOUNT)", tok)
 			}
-			base = base[:i]
-			n++ // a+bxN is N+1 values, as in promtool
-		}
-		v, err := strconv.ParseFloat(base, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q: not a number", tok)
+			step, _ = strconv.ParseFloat(m[2], 64)
+			n++
 		}
 		for k := range n {
 			out = append(out, v+float64(k)*step)
@@ -232,12 +239,14 @@ func runTest(ctx context.Context, cfg Config, t RuleTest, st window.Persister) (
 			gen(agg, s.s, s.values, s.rng, m, mStart)
 		}
 		for at := mStart; at.Before(mStart.Add(time.Minute)); at = at.Add(interval) {
+			agg.Flush(ctx, at)
+			e.Eval(ctx, at)
+			// As in promtool: what is expected at a time is the state
+			// after the evaluation at that time.
 			for next < len(expect) && expect[next].At <= at.Sub(start) {
 				res.Failures = append(res.Failures, check(e, expect[next])...)
 				next++
 			}
-			agg.Flush(ctx, at)
-			e.Eval(ctx, at)
 		}
 	}
 	for ; next < len(expect); next++ {

@@ -85,7 +85,7 @@ func TestParseTestFileErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"tests: []", "tests: none"},
 		{"alerts: {rules: [{name: x, signal: nope, threshold: {warning: 1}}]}\ntests: [{name: a}]", `alerts.rules[0].signal: unknown signal "nope"`},
-		{"tests: [{name: a, series: [{ttft: '0.2x'}]}]", `tests[0].series[0].ttft: "0.2x": want VALUExCOUNT`},
+		{"tests: [{name: a, series: [{ttft: '0.2x'}]}]", `tests[0].series[0].ttft: "0.2x": want VALUE, VALUExCOUNT`},
 		{"tests: [{name: a, series: [{labels: {colour: red}}]}]", `tests[0].series[0].labels: unknown label "colour"`},
 		{"tests: [{name: a, sereis: []}]", "field sereis not found"},
 		{"tests: [{name: a, expect: [{at: 1m, firing: [{rule: x, severity: high}]}]}]", `tests[0].expect[0].firing[0].severity: "high"`},
@@ -98,12 +98,20 @@ func TestParseTestFileErrors(t *testing.T) {
 }
 
 func TestExpand(t *testing.T) {
-	got, err := expand("0.5x2 1+1x3 _ 4")
-	if err != nil {
-		t.Fatal(err)
+	for in, want := range map[string]string{
+		"0.5x2 1+1x3 _ 4": "[0.5 0.5 1 2 3 4 NaN 4]",
+		"1e-3x2 2.5e+1":   "[0.001 0.001 25]",
+		"_x2 3-1x2":       "[NaN NaN 3 2 1]",
+		".5 -2":           "[0.5 -2]",
+	} {
+		got, err := expand(in)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("expand(%q) = %v, %v; want %s", in, got, err, want)
+		}
 	}
-	want := "[0.5 0.5 1 2 3 4 NaN 4]"
-	if fmt.Sprint(got) != want {
-		t.Errorf("expand = %v, want %s", got, want)
+	for _, bad := range []string{"0.2x", "x3", "1+1", "_+1x2", "abc", "1x0"} {
+		if _, err := expand(bad); err == nil {
+			t.Errorf("expand(%q) accepted", bad)
+		}
 	}
 }
