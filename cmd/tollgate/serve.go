@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -65,13 +64,13 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 		return nil, err
 	}
 	onEvent := func(e quota.Event) {
-		msg := fmt.Sprintf("%s: %s at %.0f%% (%d of %d)", e.Scope, e.Limit, e.Share*100, e.Used, e.Quota)
 		events.Send(store.Event{
-			At: e.At, Kind: "quota_" + e.Kind, Subject: e.Scope, Message: msg,
+			At: e.At, Kind: "quota_" + e.Kind, Subject: e.Scope, Message: alert.QuotaSummary(e),
 			Data: fmt.Sprintf(`{"limit":%q,"used":%d,"quota":%d,"share":%g}`, e.Limit, e.Used, e.Quota, e.Share),
 		})
 		if alerts != nil {
-			alerts.Raise(context.Background(), quotaAlert(e, msg), e.At, quotaUntil(e, quotaLoc))
+			a, until := alert.FromQuota(e, quotaLoc)
+			alerts.Raise(context.Background(), a, e.At, until)
 		}
 	}
 	l, err := quota.NewLocal(q, time.Now, seed, onEvent)
@@ -79,32 +78,6 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 		return nil, err
 	}
 	return l, nil
-}
-
-// quotaAlert is the alert of a quota event: 80 % used warns, a limit
-// reached or a request refused for its size is critical.
-func quotaAlert(e quota.Event, msg string) alert.Alert {
-	a := alert.Alert{Rule: "quota", Severity: alert.Critical, Labels: map[string]string{"scope": e.Scope, "limit": e.Limit},
-		Value: float64(e.Used), Threshold: float64(e.Quota), Unit: e.Limit, Summary: msg}
-	switch e.Kind {
-	case quota.EventWarning:
-		a.Severity, a.Summary = alert.Warning, msg+": the quota is nearly used up"
-	case quota.EventMaxInput:
-		a.Rule, a.Summary = "large_request_refused", msg+": a single request above the input limit"
-	default:
-		a.Summary = msg + ": requests are being refused (429)"
-	}
-	return a
-}
-
-// quotaUntil is how long a quota alert lasts: a daily limit until the
-// quota day ends, anything else an hour.
-func quotaUntil(e quota.Event, loc *time.Location) time.Time {
-	if strings.HasPrefix(e.Limit, "daily") {
-		d := e.At.In(loc)
-		return time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, loc)
-	}
-	return e.At.Add(time.Hour)
 }
 
 // allocateGPU spreads each closed hour's GPU cost over its requests, a

@@ -58,6 +58,9 @@ type Engine struct {
 type tracked struct {
 	a          Alert
 	notifiedAt time.Time // zero until it fired
+	// notifiedSev is the severity last notified: a firing alert is sent
+	// again when it grows severer than that, not on every change.
+	notifiedSev Severity
 	// until is when a raised alert (not a rule's) resolves by itself.
 	until time.Time
 }
@@ -150,6 +153,12 @@ type breach struct {
 // Eval evaluates every rule at now and moves alerts through their
 // lifecycle; it returns the transitions it made (fired, escalated,
 // resolved), which were also notified and stored.
+//
+// A firing alert is notified again when it grows severer than it was last
+// notified, or after the repeat interval. A drop back to warning shows in
+// Active and in the repeat and resolution, with no notification of its
+// own: a P99 hovering at the critical level would otherwise page at every
+// evaluation, warning and critical in turn.
 func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	e.evals.Inc()
 	seen := map[string]breach{}
@@ -164,7 +173,7 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	var out []Alert
 	e.mu.Lock()
 	// Breaching groups: new ones pend, pending ones fire after For,
-	// firing ones change severity or repeat.
+	// firing ones escalate or repeat.
 	for fp, b := range seen {
 		r := ruleOf[fp]
 		t := e.active[fp]
@@ -172,7 +181,6 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 			t = &tracked{a: Alert{Rule: r.Name, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
 			e.active[fp] = t
 		}
-		prevSev := t.a.Severity
 		t.a.Severity, t.a.Value, t.a.Threshold, t.a.Baseline = b.sev, b.value, b.limit, b.base
 		t.a.From, t.a.To = b.shortFrom, b.shortUntil
 		t.a.Summary = summary(r, b)
@@ -180,10 +188,10 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 		switch {
 		case t.a.State == Pending && now.Sub(t.a.StartsAt) >= r.For:
 			t.a.State = Firing
-			t.notifiedAt = now
+			t.notifiedAt, t.notifiedSev = now, b.sev
 			out = append(out, t.a)
-		case t.a.State == Firing && (b.sev != prevSev || now.Sub(t.notifiedAt) >= e.repeat):
-			t.notifiedAt = now
+		case t.a.State == Firing && (severer(b.sev, t.notifiedSev) || now.Sub(t.notifiedAt) >= e.repeat):
+			t.notifiedAt, t.notifiedSev = now, b.sev
 			out = append(out, t.a)
 		}
 	}
@@ -235,7 +243,7 @@ func (e *Engine) Raise(ctx context.Context, a Alert, now, until time.Time) {
 	}
 	t.a, t.until = a, until
 	if send {
-		t.notifiedAt = now
+		t.notifiedAt, t.notifiedSev = now, a.Severity
 	}
 	e.mu.Unlock()
 	if send {
@@ -285,6 +293,13 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 		}
 		next := map[string]breach{}
 		for gk, g := range cur {
+			if g.Key.Upstream == "" && slices.Contains(r.By, "upstream") {
+				// A rule by upstream judges upstreams. Requests that
+				// reached none were refused by the gateway itself (a
+				// key, a quota, an invalid request): they are not an
+				// upstream's failures, and quotas raise their own alert.
+				continue
+			}
 			if i > 0 {
 				if _, ok := verdict[gk]; !ok {
 					continue // every window must breach

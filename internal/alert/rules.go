@@ -35,7 +35,9 @@ type Rule struct {
 	// Signal is what is measured; see Signals.
 	Signal string `yaml:"signal"`
 	// By groups the series (model, biz_line, upstream, template): one
-	// alert per group. Where keeps only series with these label values.
+	// alert per group. A rule by upstream leaves out the requests that
+	// reached no upstream (refused by the gateway itself). Where keeps
+	// only series with these label values.
 	By    []string          `yaml:"by"`
 	Where map[string]string `yaml:"where"`
 	// Windows are the sliding windows that must all breach; with a short

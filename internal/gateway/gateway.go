@@ -72,6 +72,12 @@ type Options struct {
 	// upstream queues and slots (tollgate_gateway_queue_*,
 	// tollgate_gateway_slots_in_use).
 	Registerer prometheus.Registerer
+	// Dial, when set, opens every upstream connection in place of the
+	// network dialer (it becomes the upstream transports' DialContext):
+	// for tests and embedding, such as an in-memory network. The
+	// upstreams' connect timeout is then Dial's own business. Nil: the
+	// normal TCP dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Gateway is the proxy.
@@ -125,7 +131,7 @@ func New(o Options) (*Gateway, error) {
 		sink:     o.Sink,
 		commitTO: cmp.Or(o.CommitTimeout, time.Second),
 		auth:     newAuth(o.Config.Auth.Keys),
-		routes:   newRouter(o.Config.Upstreams),
+		routes:   newRouter(o.Config.Upstreams, o.Dial),
 		prio:     newPriorities(o.Config),
 		ready:    o.Ready,
 		sampleN:  uint32(o.Config.Sampling.Normal * 10000),

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -25,11 +26,16 @@ type upstream struct {
 	slots    *slots // nil: unbounded, no queue (see slots.go)
 }
 
-func newUpstream(c config.Upstream, wait *prometheus.HistogramVec) *upstream {
+// newUpstream builds an upstream; dial, when not nil, replaces the TCP
+// dialer (Options.Dial).
+func newUpstream(c config.Upstream, wait *prometheus.HistogramVec, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *upstream {
 	t := c.TimeoutsOrDefault()
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: t.Connect, KeepAlive: 30 * time.Second}).DialContext
+	}
 	tr := &http.Transport{
 		Proxy:       nil, // an inference engine is reached directly, never via HTTP_PROXY
-		DialContext: (&net.Dialer{Timeout: t.Connect, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: dial,
 		// Uncompressed bodies: the tap must read tokens and usage, and
 		// engines on a LAN gain nothing from gzip.
 		DisableCompression:    true,
@@ -66,10 +72,10 @@ type router struct {
 	wait      *prometheus.HistogramVec // slot waits, by upstream and lane
 }
 
-func newRouter(ups []config.Upstream) *router {
+func newRouter(ups []config.Upstream, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *router {
 	rt := &router{byModel: map[string][]*upstream{}, wait: newWaitHistogram()}
 	for _, c := range ups {
-		u := newUpstream(c, rt.wait)
+		u := newUpstream(c, rt.wait, dial)
 		rt.all = append(rt.all, u)
 		rt.longLanes = rt.longLanes || (u.slots != nil && u.slots.longMax > 0)
 		for _, m := range c.Models {
