@@ -163,8 +163,15 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	e.evals.Inc()
 	seen := map[string]breach{}
 	ruleOf := map[string]Rule{}
+	failed := map[string]bool{} // rules that could not read their windows
 	for _, r := range e.rules {
-		for gk, b := range e.evalRule(ctx, r, now) {
+		breaches, err := e.evalRule(ctx, r, now)
+		if err != nil {
+			e.log.Error("alert rule not evaluated; its alerts stay as they were", "rule", r.Name, "err", err)
+			failed[r.Name] = true
+			continue
+		}
+		for gk, b := range breaches {
 			fp := fingerprint(r.Name, gk)
 			seen[fp] = b
 			ruleOf[fp] = r
@@ -198,7 +205,7 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	// Groups no longer breaching: a firing alert resolves, a pending one
 	// is forgotten. Raised alerts resolve when their time is up.
 	for fp, t := range e.active {
-		if _, ok := seen[fp]; ok {
+		if _, ok := seen[fp]; ok || failed[t.a.Rule] {
 			continue
 		}
 		if !t.until.IsZero() && now.Before(t.until) {
@@ -268,7 +275,7 @@ func (e *Engine) emit(ctx context.Context, now time.Time, out []Alert) {
 }
 
 // evalRule returns the breaching groups of one rule, by group key.
-func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string]breach {
+func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[string]breach, error) {
 	sig, _ := SignalNamed(r.Signal)
 	sel := window.Selector(r.Where)
 	// One baseline for every window: the period before the longest
@@ -279,17 +286,15 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 	if r.Baseline != nil {
 		var err error
 		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity); err != nil {
-			e.log.Error("alert rule: reading the baseline failed", "rule", r.Name, "err", err)
-			return nil
+			return nil, fmt.Errorf("baseline: %w", err)
 		}
 	}
 	var verdict map[string]breach
 	for i, w := range r.Windows {
 		from := now.Add(-w)
-		cur, err := e.window(ctx, from, now, sel, r.By, sig.quantity)
+		cur, cdur, err := e.window(ctx, now, from, now, sel, r.By, sig.quantity)
 		if err != nil {
-			e.log.Error("alert rule: reading the window failed", "rule", r.Name, "err", err)
-			return nil
+			return nil, fmt.Errorf("window: %w", err)
 		}
 		next := map[string]breach{}
 		for gk, g := range cur {
@@ -305,7 +310,7 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 					continue // every window must breach
 				}
 			}
-			v, n := sig.value(&g.Stats, w, r.Currency)
+			v, n := sig.value(&g.Stats, cdur, r.Currency)
 			if n < r.MinRequests || math.IsNaN(v) {
 				continue
 			}
@@ -318,7 +323,7 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 				}
 				bv, bn := sig.value(&bg.Stats, bdur, r.Currency)
 				if sig.sum {
-					bv *= w.Seconds() / bdur.Seconds() // a sum over as long as the window
+					bv *= cdur.Seconds() / bdur.Seconds() // a sum over as long as the window
 				}
 				if bn < r.MinRequests || math.IsNaN(bv) || bv <= 0 {
 					continue
@@ -344,7 +349,7 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) map[string
 		}
 		verdict = next
 	}
-	return verdict
+	return verdict, nil
 }
 
 // warningLimit is the warning level of a breach that was judged critical
@@ -375,18 +380,26 @@ func judge(v float64, l *Levels, below bool) (Severity, float64) {
 	return "", 0
 }
 
-// window reads [from, to): minutes from memory, and whole hours from the
-// store for the part older than memory holds.
-func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {
-	memStart := to.Add(-e.memory).Truncate(time.Hour).Add(time.Hour)
+// window reads [from, to) as evaluated at now: the minutes memory still
+// holds, and before them whole stored hours (from then rounds down to
+// the hour). It returns how long a period it covered, by which sums such
+// as cost per hour are divided.
+func (e *Engine) window(ctx context.Context, now, from, to time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, time.Duration, error) {
+	// Memory holds [now − memory, now); hours are read up to the first
+	// whole hour inside it.
+	memStart := now.Add(-e.memory).Truncate(time.Hour).Add(time.Hour)
 	if !from.Before(memStart) {
-		return e.w.Window(from, to, sel, by, q), nil
+		return e.w.Window(from, to, sel, by, q), window.Minute(to).Sub(window.Minute(from)), nil
 	}
-	out := e.w.Window(memStart, to, sel, by, q)
-	for h := from.Truncate(time.Hour); h.Before(memStart); h = h.Add(time.Hour) {
+	out := map[string]*window.Group{}
+	if to.After(memStart) {
+		out = e.w.Window(memStart, to, sel, by, q)
+	}
+	start := from.Truncate(time.Hour)
+	for h := start; h.Before(memStart) && h.Before(to); h = h.Add(time.Hour) {
 		hg, err := e.w.Hour(ctx, h, sel, by, q)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for gk, g := range hg {
 			if o := out[gk]; o != nil {
@@ -396,23 +409,32 @@ func (e *Engine) window(ctx context.Context, from, to time.Time, sel window.Sele
 			}
 		}
 	}
-	return out, nil
+	end := window.Minute(to)
+	if !to.After(memStart) {
+		end = to.Truncate(time.Hour)
+		if end.Before(to) {
+			end = end.Add(time.Hour) // the hour holding to was read whole
+		}
+	}
+	return out, end.Sub(start), nil
 }
 
 // baseline reads the earlier window a baseline rule compares with — the
-// one before a window of length w ending now — and how long it is.
+// one before a window of length w ending now — and how long a period it
+// covered.
 func (e *Engine) baseline(ctx context.Context, r Rule, now time.Time, w time.Duration, sel window.Selector, q window.Quantity) (map[string]*window.Group, time.Duration, error) {
 	b := r.Baseline
 	if b.Previous > 0 {
 		to := now.Add(-w)
-		g, err := e.window(ctx, to.Add(-b.Previous), to, sel, r.By, q)
-		return g, b.Previous, err
+		return e.window(ctx, now, to.Add(-b.Previous), to, sel, r.By, q)
 	}
-	// The same clock hour on each of the last days, merged: a P99 over
-	// 14 hours of traffic like this one.
+	// The same hour on each of the last days, merged: a P99 over 14 hours
+	// of traffic like this one. The stored hour nearest the window's
+	// start: 17:05–18:05 compares with 17:00–18:00 of earlier days.
 	out := map[string]*window.Group{}
+	start := now.Add(-w).Add(30 * time.Minute).Truncate(time.Hour)
 	for d := 1; d <= b.SameHourDays; d++ {
-		hg, err := e.w.Hour(ctx, now.Add(-time.Duration(d)*24*time.Hour).Truncate(time.Hour), sel, r.By, q)
+		hg, err := e.w.Hour(ctx, start.Add(-time.Duration(d)*24*time.Hour), sel, r.By, q)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -3,6 +3,7 @@ package alert
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
@@ -23,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func finished(model string, ttft time.Duration, failed bool) *record.Record {
 	e2e := ttft + 500*time.Millisecond
 	r := &record.Record{
-		Model: model, BizLine: "b", Upstream: "u", TemplateID: "t", Arrival: time.Now().Add(-e2e),
+		Model: model, BizLine: "b", Upstream: "u", TemplateID: "t", Arrival: time.Now().Add(-e2e), Stream: true,
 		Status: 200, UpstreamStatus: 200, FinishReason: "stop",
 		Usage: record.Usage{InputTokens: 100, OutputTokens: 20, Source: record.SourceEngine},
 	}
@@ -219,6 +221,8 @@ func TestValidateNamesPaths(t *testing.T) {
 		{Name: "a", Signal: "error_rate", By: []string{"colour"}, Threshold: &Levels{Warning: 0.5, Critical: 0.1}},
 		{Name: "b", Signal: "ttft_p99", Baseline: &Baseline{}, Windows: []time.Duration{30 * time.Second}},
 		{Name: "c", Signal: "tokens"},
+		{Name: "d", Signal: "requests", Below: true, Baseline: &Baseline{Previous: time.Hour}},
+		{Name: "e", Signal: "requests", Baseline: &Baseline{Previous: time.Hour, Levels: Levels{Warning: 3, Critical: 1.2}}},
 	}}
 	err := cfg.Validate("alerts")
 	if err == nil {
@@ -233,6 +237,8 @@ func TestValidateNamesPaths(t *testing.T) {
 		`alerts.rules[2].windows[0]: 30s: want whole minutes`,
 		`alerts.rules[2].baseline: set exactly one of previous and same_hour_days`,
 		`alerts.rules[3].threshold: set exactly one of threshold and baseline`,
+		`alerts.rules[4].baseline: a below rule needs its factors`,
+		`alerts.rules[5].baseline.critical: 1.2 is less severe than warning 3`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
@@ -278,5 +284,43 @@ func TestRaise(t *testing.T) {
 	}
 	if len(events) != 3 || len(e.Active()) != 0 {
 		t.Errorf("%d events, %d still active", len(events), len(e.Active()))
+	}
+}
+
+// TestReadErrorKeepsAlerts: when a rule cannot read its windows (the
+// store is gone), its firing alerts stay firing rather than resolving.
+func TestReadErrorKeepsAlerts(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg := window.New(window.Config{}, st, nil, nil)
+	g := &got{}
+	cfg := Config{Defaults: new(bool), Rules: []Rule{{Name: "errs", Signal: "error_rate", Windows: []time.Duration{3 * time.Hour},
+		Threshold: &Levels{Warning: 0.1}, MinRequests: 10}}}
+	e := NewEngine(cfg, agg, Options{Notifier: g})
+	start := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	for m := range 240 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		for i := range 4 {
+			r := finished("m", 100*time.Millisecond, i == 0)
+			r.Arrival = at.Add(time.Duration(i) * 10 * time.Second)
+			agg.Add(r)
+		}
+		agg.Flush(ctx, at)
+	}
+	now := start.Add(240 * time.Minute)
+	e.Eval(ctx, now)
+	if act := e.Active(); len(act) != 1 || act[0].State != Firing {
+		t.Fatalf("active = %+v, want one firing alert", act)
+	}
+	st.Close() // the 3 h window now needs hours the store cannot give
+	e.Eval(ctx, now.Add(time.Minute))
+	if act := e.Active(); len(act) != 1 || act[0].State != Firing {
+		t.Errorf("after a read error: active = %+v, want the alert still firing", act)
+	}
+	if alerts, _, _ := g.snapshot(); len(alerts) != 1 {
+		t.Errorf("notifications: %+v, want only the firing one", alerts)
 	}
 }

@@ -102,9 +102,10 @@ var Signals = func() []Signal {
 		}
 		for _, p := range []float64{0.5, 0.95, 0.99} {
 			out = append(out, Signal{Name: fmt.Sprintf("%s_p%g", qty, p*100), Unit: unit, Help: fmt.Sprintf("P%g of %s", p*100, qty), quantity: qty,
+				// n is how many values the sketch holds (streamed
+				// successes for TTFT), not how many requests there were.
 				value: func(s *window.Stats, _ time.Duration, _ string) (float64, int64) {
-					v, _ := s.Quantile(qty, p)
-					return v, s.Requests
+					return s.Quantile(qty, p)
 				}})
 		}
 	}
@@ -227,8 +228,17 @@ func (r Rule) validate(p string) error {
 		if b.SameHourDays < 0 || b.SameHourDays > 60 {
 			bad("baseline.same_hour_days", "%d: want 1–60", b.SameHourDays)
 		}
-		if b.Warning < 0 || b.Critical < 0 || (b.Warning > 0 && b.Warning <= 1 && !r.Below) {
+		switch {
+		case r.Below && (b.Warning == 0 && b.Critical == 0):
+			bad("baseline", "a below rule needs its factors (e.g. warning: 0.5, critical: 0.2)")
+		case r.Below && (b.Warning < 0 || b.Warning >= 1 || b.Critical < 0 || b.Critical >= 1):
+			bad("baseline", "factors of a below rule must be between 0 and 1 (0.5 = half the baseline)")
+		case r.Below && b.Warning != 0 && b.Critical != 0 && b.Critical > b.Warning:
+			bad("baseline.critical", "%v is less severe than warning %v", b.Critical, b.Warning)
+		case !r.Below && ((b.Warning != 0 && b.Warning <= 1) || (b.Critical != 0 && b.Critical <= 1) || b.Warning < 0 || b.Critical < 0):
 			bad("baseline", "factors must be above 1 (1.5 = 50 %% above the baseline)")
+		case !r.Below && b.Warning != 0 && b.Critical != 0 && b.Critical < b.Warning:
+			bad("baseline.critical", "%v is less severe than warning %v", b.Critical, b.Warning)
 		}
 	}
 	if t := r.Threshold; t != nil && t.Warning != 0 && t.Critical != 0 {

@@ -293,7 +293,7 @@ func gen(agg *window.Aggregator, s Series, v map[string][]float64, rng *rand.Ran
 		end := mStart.Add(time.Duration(i) * time.Minute / time.Duration(n))
 		r := &record.Record{
 			Model: s.Labels["model"], BizLine: s.Labels["biz_line"], Upstream: s.Labels["upstream"], TemplateID: s.Labels["template"],
-			Arrival: end.Add(-e2e), Status: 200, UpstreamStatus: 200, FinishReason: "stop",
+			Arrival: end.Add(-e2e), Status: 200, UpstreamStatus: 200, FinishReason: "stop", Stream: true,
 			Usage: record.Usage{InputTokens: int64(in), OutputTokens: int64(out), Source: record.SourceEngine},
 			Cost:  record.Cost{Nanos: int64(c * 1e9), Currency: "USD"},
 		}

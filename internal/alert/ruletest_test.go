@@ -115,3 +115,45 @@ func TestExpand(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselineBeyondMemory: a baseline that ends before the windows kept
+// in memory (a 2 h window against the hour before it) is read back from
+// the store, so the rule fires; steady traffic over a 24 h window does
+// not drift past its day-before baseline.
+func TestBaselineBeyondMemory(t *testing.T) {
+	f, err := ParseTestFile([]byte(`
+alerts:
+  defaults: false
+  rules:
+    - {name: long, signal: input_tokens_per_request, windows: [2h], baseline: {previous: 1h}, min_requests: 20}
+    - {name: daily, signal: tokens, windows: [24h], baseline: {previous: 24h, warning: 1.1}, min_requests: 20}
+tests:
+  - name: a jump judged over two hours
+    series:
+      - labels: {model: m}
+        rate: "6"
+        input_tokens: "200x240 2000x80"
+    expect:
+      - at: 239m
+      - at: 300m
+        firing: [{rule: long, severity: critical}]
+  - name: steady for two days
+    series:
+      - labels: {model: m}
+        rate: "2"
+    expect:
+      - at: 2900m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := RunTests(context.Background(), f, scratch(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		for _, fail := range r.Failures {
+			t.Errorf("%s: %s (fired: %s)", r.Name, fail, strings.Join(r.Fired, "; "))
+		}
+	}
+}

@@ -140,11 +140,15 @@ func (s *Stats) Add(r *record.Record) {
 		s.CostNanos[r.Cost.Currency] += r.Cost.Nanos
 	}
 	d := &r.Derived
-	if d.TTFT != nil {
-		s.observe(TTFT, d.TTFT.Seconds())
-	}
-	if d.TPOT != nil {
-		s.observe(TPOT, d.TPOT.Seconds())
+	// TTFT and TPOT as the Prometheus histograms take them: successful
+	// streamed requests (a non-streamed answer's "first token" is all of it).
+	if r.Stream && r.OK() {
+		if d.TTFT != nil {
+			s.observe(TTFT, d.TTFT.Seconds())
+		}
+		if d.TPOT != nil {
+			s.observe(TPOT, d.TPOT.Seconds())
+		}
 	}
 	if d.E2E > 0 {
 		s.observe(E2E, d.E2E.Seconds())
@@ -152,7 +156,9 @@ func (s *Stats) Add(r *record.Record) {
 	seg := d.Segments
 	if r.Upstream != "" { // requests refused before any upstream had no queue
 		s.observe(GatewayQueue, seg.Get(record.SegGatewayQueue).Seconds())
-		if v := seg.Get(record.SegEngineQueue); v > 0 {
+		// The engine's queue is known when the engine reported its
+		// timing: a zero then counts, or P95 would be of queued requests only.
+		if v := seg.Get(record.SegEngineQueue); v > 0 || r.EngineTiming != nil {
 			s.observe(EngineQueue, v.Seconds())
 		}
 	}

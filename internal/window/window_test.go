@@ -23,7 +23,7 @@ var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 // req is a finished request: arrived at, took e2e, first token after ttft.
 func req(model string, at time.Time, ttft, e2e time.Duration, in, out int64) *record.Record {
 	r := &record.Record{
-		RequestID: fmt.Sprint(at.UnixNano()), Model: model, BizLine: "b", Upstream: "u", TemplateID: "t",
+		RequestID: fmt.Sprint(at.UnixNano()), Model: model, BizLine: "b", Upstream: "u", TemplateID: "t", Stream: true,
 		Arrival: at, Status: 200, UpstreamStatus: 200, FinishReason: "stop",
 		Usage: record.Usage{InputTokens: in, OutputTokens: out, Source: record.SourceEngine},
 		Cost:  record.Cost{Nanos: in + 2*out, Currency: "USD"},
