@@ -61,7 +61,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		stopSim()
 		return <-simDone
 	}
-	defer func() { stopSim(); <-simDone }()
+	var simErr error
+	stopSimWait := sync.OnceFunc(func() { stopSim(); simErr = <-simDone })
+	defer stopSimWait()
 
 	// 2. The gateway in front of it, with the demo's keys.
 	cfg := config.Default()
@@ -111,6 +113,12 @@ Try, in another terminal:
 		defer cancel()
 	}
 	sent, failed := demoTraffic(ctx, "http://"+ga, *rate, stdout)
+	// The engine stops first: its last spans reach the gateway, which then
+	// drains and flushes every record.
+	stopSimWait()
+	if simErr != nil {
+		log.Warn("simulated engine stopped with an error", "err", simErr)
+	}
 	stopGW()
 	if err := <-gwDone; err != nil {
 		return err
