@@ -15,6 +15,11 @@ import (
 type Dim string
 
 const (
+	// DimMinute is the UTC minute, RFC 3339. Minutes are kept for model,
+	// upstream, biz_line and currency only (and as long as the minute
+	// retention says): a report grouped by minute may group and filter by
+	// those and no other time dimension.
+	DimMinute      Dim = "minute"
 	DimHour        Dim = "hour"  // UTC hour, RFC 3339
 	DimDay         Dim = "day"   // YYYY-MM-DD in the store's report time zone
 	DimMonth       Dim = "month" // YYYY-MM in the store's report time zone
@@ -28,12 +33,13 @@ const (
 )
 
 // Dims lists every dimension, for validation and help texts.
-var Dims = []Dim{DimHour, DimDay, DimMonth, DimModel, DimServedModel, DimUpstream, DimBizLine, DimUser, DimKey, DimTemplate}
+var Dims = []Dim{DimMinute, DimHour, DimDay, DimMonth, DimModel, DimServedModel, DimUpstream, DimBizLine, DimUser, DimKey, DimTemplate}
 
 // ReportQuery asks for totals over [From, To), grouped by GroupBy (in that
 // order) and filtered by equality on dimensions. A zero From or To is
 // unbounded. Day and month boundaries are the store's report time zone;
-// From and To are rounded down to the hour.
+// From and To are rounded down to the hour (to the minute when grouped by
+// minute).
 type ReportQuery struct {
 	From, To time.Time
 	GroupBy  []Dim

@@ -318,6 +318,16 @@ func (s *Store) plan(q store.ReportQuery, loc *time.Location, need []string) []s
 		}
 		return sp
 	}
+	if slices.Contains(q.GroupBy, store.DimMinute) {
+		sp := span{table: rollupMinute}
+		if !q.From.IsZero() {
+			sp.from = bucket(grainMinute, q.From, nil)
+		}
+		if !q.To.IsZero() {
+			sp.to = bucket(grainMinute, q.To, nil)
+		}
+		return []span{sp}
+	}
 	if loc.String() != s.loc.String() || slices.Contains(q.GroupBy, store.DimHour) {
 		return []span{hours(q.From, q.To)}
 	}
@@ -483,6 +493,20 @@ func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.Report
 			need = append(need, c)
 		}
 	}
+	if slices.Contains(q.GroupBy, store.DimMinute) {
+		// rollup_minute answers alone: it keeps fewer dimensions, and no
+		// coarser time dimension is folded from it.
+		for _, d := range q.GroupBy {
+			if d == store.DimHour || d == store.DimDay || d == store.DimMonth {
+				return nil, fmt.Errorf("report: cannot group by minute and %s together", d)
+			}
+		}
+		for _, c := range need {
+			if !slices.Contains(rollupMinute.dims, c) {
+				return nil, fmt.Errorf("report: minutes are kept by model, upstream and biz_line only, not by %s", c)
+			}
+		}
+	}
 	ms, err := selectMeasures(q.Measures)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
@@ -525,7 +549,7 @@ func (s *Store) reportSpan(ctx context.Context, q store.ReportQuery, loc *time.L
 		switch {
 		case d == store.DimMonth && sp.table.grain == grainDay:
 			expr = "substr(bucket, 1, 7)"
-		case d == store.DimDay || d == store.DimMonth || d == store.DimHour:
+		case d == store.DimDay || d == store.DimMonth || d == store.DimHour || d == store.DimMinute:
 			expr = "bucket" // a day or month as such; an hour is folded below
 		}
 		sel = append(sel, expr)
@@ -592,7 +616,7 @@ func keyString(d store.Dim, v any, loc *time.Location) string {
 	case int64:
 		t := time.Unix(x, 0)
 		switch d {
-		case store.DimHour:
+		case store.DimHour, store.DimMinute:
 			return t.UTC().Format(time.RFC3339)
 		case store.DimDay:
 			return t.In(loc).Format(time.DateOnly)
