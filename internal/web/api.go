@@ -40,6 +40,10 @@ type Options struct {
 	// notifiers' delivery status; either may be nil.
 	Alerts    func() []alert.Alert
 	Notifiers func() []notify.Status
+	// Windows are the alerting windows in memory, for percentiles; nil
+	// leaves /api/v1/percentiles answering 404 and the overview without
+	// latency percentiles.
+	Windows Windows
 }
 
 // API is the /api/v1/ handler.
@@ -70,6 +74,9 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/events", a.read(a.listEvents))
 	a.mux.HandleFunc("GET /api/v1/engine", a.read(a.engineSamples))
 	a.mux.HandleFunc("GET /api/v1/alerts", a.read(a.listAlerts))
+	a.mux.HandleFunc("GET /api/v1/series", a.read(a.series))
+	a.mux.HandleFunc("GET /api/v1/percentiles", a.read(a.percentiles))
+	a.mux.HandleFunc("GET /api/v1/overview", a.read(a.overview))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
