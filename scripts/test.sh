@@ -9,7 +9,10 @@ FUZZTIME="${FUZZTIME:-8s}"
 
 # Debian packages the tests use, installed once when missing. Tests that
 # need a server start it themselves on loopback and stop it.
-PKGS=(prometheus) # promtool, for deploy/prometheus
+# prometheus: promtool, for deploy/prometheus; chromium: the dashboard's
+# browser test (cmd/tollgate/ui_test.go); fonts-wqy-microhei: Chinese
+# glyphs in its screenshots.
+PKGS=(prometheus chromium fonts-wqy-microhei)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,6 +41,11 @@ go vet ./...
 echo "== Jaeger v2 for the trace-export test (a separate module; minutes on a cold machine)"
 TOLLGATE_JAEGER=$(tools/jaeger/build.sh)
 export TOLLGATE_JAEGER
+
+# The dashboard's browser test saves a PNG of every page here (git-ignored;
+# CI keeps the directory as an artifact).
+TOLLGATE_UI_SCREENSHOTS="${TOLLGATE_UI_SCREENSHOTS:-$PWD/testdata-out/ui-screenshots}"
+export TOLLGATE_UI_SCREENSHOTS
 
 echo "== go test -race"
 go test -race -count=1 ./...

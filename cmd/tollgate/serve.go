@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
+	"github.com/tollgate-dev/tollgate/internal/ui"
 	"github.com/tollgate-dev/tollgate/internal/web"
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
@@ -381,6 +382,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	var inflight sync.WaitGroup
 	mux := http.NewServeMux()
 	mux.Handle("/api/", api)
+	mux.Handle("/ui/", ui.Handler("/ui/")) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
 	handler := mux
 	srv := &http.Server{

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/sim"
+)
+
+// chromium finds Debian's chromium, or "" when it is not installed.
+func chromium() string {
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	p, _ := exec.LookPath("chromium")
+	return p
+}
+
+// uiRecord is the part of the Record JSON the dashboard test compares.
+type uiRecord struct {
+	RequestID string `json:"request_id"`
+	TraceID   string `json:"trace_id"`
+	Stream    bool   `json:"stream"`
+	Status    int    `json:"status"`
+	Usage     struct {
+		OutputTokens int64  `json:"output_tokens"`
+		Source       string `json:"source"`
+	} `json:"usage"`
+	Timing struct {
+		TTFT *float64 `json:"ttft_ms"`
+		E2E  float64  `json:"e2e_ms"`
+	} `json:"timing"`
+	TokenTimeline [][2]float64 `json:"token_timeline"`
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestDashboardInBrowser drives the dashboard in headless Chromium over a
+// real gateway (serve, on a temp SQLite) in front of the simulator: every
+// page loads without a console error or an uncaught exception, the
+// Requests → Request drill-down shows the API's numbers, Chinese renders
+// with no untranslated key, and each page is saved as a PNG (into
+// $TOLLGATE_UI_SCREENSHOTS, else a temp directory).
+func TestDashboardInBrowser(t *testing.T) {
+	chrome := chromium()
+	if chrome == "" {
+		t.Skip("chromium not installed; scripts/test.sh installs Debian's chromium")
+	}
+	shots := os.Getenv("TOLLGATE_UI_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	up := startSimServer(t, sim.Config{DecodeBase: 2 * time.Millisecond})
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "tollgate.yml")
+	yml := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {sqlite: {path: %s}}
+upstreams:
+  - {name: sim, url: %q, engine: vllm}
+sampling: {normal: 1}
+prices:
+  - {model: "Qwen*", currency: USD, input: 0.5, output: 2}
+otlp: {http_listen: "", grpc_listen: ""}
+engine_metrics: {interval: 0s}
+`, filepath.Join(dir, "ui.db"), up)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, cancel, wait := startServe(t, cfg)
+	defer func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	base := "http://" + addr
+
+	// Traffic: streamed and whole answers from three users on two
+	// business lines, and one request for a model nobody serves.
+	sent := 0
+	for i, u := range []string{"alice", "bob", "carol", "alice", "bob", "alice"} {
+		stream := i%3 != 2
+		body := fmt.Sprintf(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"question %d"}],"stream":%t}`, i, stream)
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key-"+u)
+		req.Header.Set("X-Tollgate-Biz", []string{"search", "chat"}[i%2])
+		req.Header.Set(sim.OutputTokensHeader, strconv.Itoa(20+7*i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body) // read to the end, or the stream is a client disconnect
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %s %v", i, resp.Status, err)
+		}
+		sent++
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"no-such-model","messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sent++
+
+	var list struct{ Requests []uiRecord }
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		getJSON(t, base+"/api/v1/requests?limit=100", &list)
+		if len(list.Requests) >= sent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records stored after 15 s", len(list.Requests), sent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The request to drill into: a streamed success with its timeline.
+	var pick *uiRecord
+	for i := range list.Requests {
+		r := &list.Requests[i]
+		if r.Stream && r.Status == 200 {
+			pick = r
+			break
+		}
+	}
+	if pick == nil {
+		b, _ := json.Marshal(list.Requests)
+		t.Fatalf("no streamed success in the ledger: %s", b)
+	}
+	var one struct{ Attempts []uiRecord }
+	getJSON(t, base+"/api/v1/requests/"+pick.RequestID, &one)
+	if len(one.Attempts) == 0 || len(one.Attempts[0].TokenTimeline) < 2 {
+		t.Fatalf("API has no attempt with a token timeline for %s: %+v", pick.RequestID, one.Attempts)
+	}
+	api := one.Attempts[0]
+
+	// The browser, with every console error and uncaught exception kept.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1360, 900), chromedp.Flag("lang", "en-US"))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	var mu sync.Mutex
+	var problems []string
+	go func() {
+		for m, err := range chromedp.Console(ctx) {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				problems = append(problems, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	checkClean := func(where string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("%s: %s", where, p)
+		}
+		problems = nil
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(expr string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return n
+	}
+	ready := func(page string) chromedp.Action[chromedp.Void] {
+		return chromedp.WaitVisible(chromedp.CSS(`#main[data-ready="` + page + `"]`))
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		p := filepath.Join(shots, name+".png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", p)
+	}
+	textOf := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	noKeys := func(where string) {
+		t.Helper()
+		text := textOf("body")
+		if i := strings.Index(text, "⟦"); i >= 0 {
+			t.Errorf("%s shows an untranslated key: %q", where, text[i:min(len(text), i+60)])
+		}
+	}
+	sameMS := func(what, shown string, want float64) {
+		t.Helper()
+		got, err := strconv.ParseFloat(shown, 64)
+		if err != nil || math.Abs(got-want) > 0.05+1e-9 {
+			t.Errorf("%s shown %q, API says %.3f", what, shown, want)
+		}
+	}
+
+	// Requests: one row per record, the API's numbers.
+	run("requests page", chromedp.Navigate(base+"/ui/?lang=en#/requests"), ready("requests"))
+	rows := eval(`document.querySelectorAll('table[data-testid=requests] tbody tr').length`)
+	if rows != len(list.Requests) {
+		t.Errorf("Requests page shows %d rows, the API %d", rows, len(list.Requests))
+	}
+	row := `tr[data-request-id="` + pick.RequestID + `"] `
+	sameMS("E2E in the list", textOf(row+`[data-testid=e2e]`), pick.Timing.E2E)
+	if got := textOf(row + `[data-testid=output-tokens]`); got != strconv.FormatInt(pick.Usage.OutputTokens, 10) {
+		t.Errorf("output tokens in the list: %q, API %d", got, pick.Usage.OutputTokens)
+	}
+	noKeys("Requests")
+	checkClean("Requests")
+	shot("requests_en")
+
+	// Filters travel in the URL: errors only leaves the unknown-model request.
+	run("errors only", chromedp.Navigate(base+"/ui/?lang=en#/requests?errors=1"), ready("requests"))
+	rows = eval(`document.querySelectorAll('table[data-testid=requests] tbody tr').length`)
+	if rows != 1 {
+		t.Errorf("errors=1 shows %d rows, want the 1 failed request", rows)
+	}
+	checkClean("Requests, errors only")
+
+	// Requests → Request: the whole report of the picked request.
+	run("back to all", chromedp.Navigate(base+"/ui/?lang=en#/requests"), ready("requests"))
+	run("open the request", chromedp.Click(chromedp.CSS(row+`a[data-testid=request-link]`)), ready("request"))
+	if got := textOf(`[data-testid=request-id]`); got != pick.RequestID {
+		t.Errorf("Request page is for %q, want %q", got, pick.RequestID)
+	}
+	sameMS("E2E", textOf(`#main [data-testid=figures] [data-testid=e2e]`), api.Timing.E2E)
+	if api.Timing.TTFT != nil {
+		sameMS("TTFT", textOf(`#main [data-testid=figures] [data-testid=ttft]`), *api.Timing.TTFT)
+	}
+	if got := textOf(`#main [data-testid=figures] [data-testid=output-tokens]`); got != strconv.FormatInt(api.Usage.OutputTokens, 10) {
+		t.Errorf("output tokens: %q, API %d", got, api.Usage.OutputTokens)
+	}
+	if got := textOf(`[data-testid=trace-id]`); got != api.TraceID {
+		t.Errorf("trace id: %q, API %q", got, api.TraceID)
+	}
+	if got := textOf(`[data-testid=usage-source]`); got != api.Usage.Source {
+		t.Errorf("usage source: %q, API %q", got, api.Usage.Source)
+	}
+	segs := eval(`document.querySelectorAll('[data-testid=waterfall] .wf-row').length`)
+	canvases := eval(`document.querySelectorAll('[data-testid=timeline-plot] canvas').length`)
+	if segs != 8 || canvases == 0 {
+		t.Errorf("waterfall rows %d (want 8), timeline canvases %d (want a plot)", segs, canvases)
+	}
+	noKeys("Request")
+	checkClean("Request")
+	shot("request_en")
+
+	pages := []string{"cost", "alerts", "overview", "diagnostics"}
+	for _, p := range pages {
+		run(p, chromedp.Navigate(base+"/ui/?lang=en#/"+p), ready(p))
+		noKeys(p)
+		checkClean(p)
+		shot(p + "_en")
+	}
+	run("top spenders", chromedp.Navigate(base+"/ui/?lang=en#/cost"), ready("cost"))
+	topRows := eval(`document.querySelectorAll('[data-testid=report-top] tbody tr').length`)
+	if topRows < 3 {
+		t.Errorf("Top spenders shows %d rows, want the 3 users", topRows)
+	}
+
+	// Chinese, chosen with the selector: kept in the URL and every page
+	// renders from the Chinese catalogue.
+	run("request page again", chromedp.Navigate(base+"/ui/?lang=en#/request/"+pick.RequestID), ready("request"))
+	eval(`(() => { const s = document.getElementById('lang'); s.value = 'zh'; s.dispatchEvent(new Event('change')); return 0; })()`)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.documentElement.lang === 'zh-CN' && document.getElementById('main').dataset.ready === 'request'`)); err != nil {
+		t.Fatalf("switch to Chinese: %v", err)
+	}
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(loc, "lang=zh") || !strings.Contains(loc, "#/request/") {
+		t.Errorf("after switching, the URL is %s; want lang=zh and the same page", loc)
+	}
+	if got := textOf(`#main [data-testid=waterfall] h2`); got != "时间花在哪里" {
+		t.Errorf("waterfall title in Chinese: %q", got)
+	}
+	noKeys("Request (zh)")
+	checkClean("Request (zh)")
+	shot("request_zh")
+	for _, p := range append([]string{"requests"}, pages...) {
+		// No lang in the URL now: the choice is remembered (localStorage).
+		run(p+" (zh)", chromedp.Navigate(base+"/ui/#/"+p), ready(p))
+		l, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.lang`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l != "zh-CN" {
+			t.Errorf("%s: language %q after choosing Chinese, want zh-CN", p, l)
+		}
+		noKeys(p + " (zh)")
+		checkClean(p + " (zh)")
+		shot(p + "_zh")
+	}
+}
