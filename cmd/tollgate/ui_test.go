@@ -66,7 +66,10 @@ func getJSON(t *testing.T, url string, v any) {
 // TestDashboardInBrowser drives the dashboard in headless Chromium over a
 // real gateway (serve, on a temp SQLite) in front of the simulator: every
 // page loads without a console error or an uncaught exception, the
-// Requests → Request drill-down shows the API's numbers, Chinese renders
+// Requests → Request drill-down shows the API's numbers, Overview and
+// Diagnostics count what /overview and /series count, the drill-down
+// Overview → Diagnostics → Requests → Request follows the bucket's range
+// through the URLs, Chinese renders
 // with no untranslated key, and each page is saved as a PNG (into
 // $TOLLGATE_UI_SCREENSHOTS, else a temp directory).
 func TestDashboardInBrowser(t *testing.T) {
@@ -321,6 +324,79 @@ engine_metrics: {interval: 0s}
 		t.Errorf("Top spenders shows %d rows, want the 3 users", topRows)
 	}
 
+	// Overview: the request count is the API's, for the period the page asked for.
+	str := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	run("overview, last 24 hours", chromedp.Navigate(base+"/ui/?lang=en#/overview?range=24h"), ready("overview"))
+	var ov struct {
+		Totals struct{ Requests int64 }
+	}
+	getJSON(t, base+"/api/v1/"+str(`document.querySelector('[data-testid=ov-figures]').dataset.api`), &ov)
+	if got := textOf(`[data-testid=ov-requests]`); got != strconv.FormatInt(ov.Totals.Requests, 10) || ov.Totals.Requests == 0 {
+		t.Errorf("Overview shows %q requests, /api/v1/overview %d", got, ov.Totals.Requests)
+	}
+	if n := eval(`document.querySelectorAll('[data-testid=chart-qps] canvas').length`); n == 0 {
+		t.Error("Overview draws no QPS chart")
+	}
+	noKeys("Overview")
+	checkClean("Overview")
+	shot("overview_24h_en")
+
+	// Overview → Diagnostics: the busiest bucket's link (the same target as
+	// a click on its chart point) opens Diagnostics for that bucket.
+	run("overview → diagnostics", chromedp.Click(chromedp.CSS(`a[data-testid=bucket-link]`)), ready("diagnostics"))
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(loc, "#/diagnostics?") || !strings.Contains(loc, "from=") || !strings.Contains(loc, "to=") {
+		t.Errorf("drill-down to Diagnostics lands on %s; want the bucket's range in the URL", loc)
+	}
+	var se struct {
+		Series []struct {
+			Points []struct{ Requests int64 }
+		}
+	}
+	getJSON(t, base+"/api/v1/"+str(`document.querySelector('[data-testid=diag-requests]').dataset.api`), &se)
+	var seTotal int64
+	for _, s := range se.Series {
+		for _, p := range s.Points {
+			seTotal += p.Requests
+		}
+	}
+	if got := str(`document.querySelector('[data-testid=diag-requests]').textContent`); got != strconv.FormatInt(seTotal, 10) || seTotal == 0 {
+		t.Errorf("Diagnostics counts %q requests in the bucket, /api/v1/series %d", got, seTotal)
+	}
+	if n := eval(`document.querySelectorAll('[data-testid=chart-segments] canvas, [data-testid=chart-ttft] canvas').length`); n < 2 {
+		t.Errorf("Diagnostics draws %d of the segment and TTFT charts", n)
+	}
+	noKeys("Diagnostics")
+	checkClean("Diagnostics")
+	shot("diagnostics_bucket_en")
+
+	// Diagnostics → Requests (same range) → Request.
+	run("diagnostics → requests", chromedp.Click(chromedp.CSS(`a[data-testid=diag-requests-link]`)), ready("requests"))
+	if loc, err = chromedp.Run(ctx, chromedp.Location()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(loc, "range=custom") || !strings.Contains(loc, "since=") || !strings.Contains(loc, "until=") {
+		t.Errorf("drill-down to Requests lands on %s; want the bucket's range", loc)
+	}
+	if rows := eval(`document.querySelectorAll('table[data-testid=requests] tbody tr').length`); int64(rows) != seTotal {
+		t.Errorf("Requests of the bucket: %d rows, the series counts %d", rows, seTotal)
+	}
+	run("requests → request", chromedp.Click(chromedp.CSS(`a[data-testid=request-link]`)), ready("request"))
+	if got := textOf(`[data-testid=request-id]`); got == "" {
+		t.Error("drill-down ends on a Request page with no request id")
+	}
+	checkClean("drill-down")
+
 	// Chinese, chosen with the selector: kept in the URL and every page
 	// renders from the Chinese catalogue.
 	run("request page again", chromedp.Navigate(base+"/ui/?lang=en#/request/"+pick.RequestID), ready("request"))
@@ -328,7 +404,7 @@ engine_metrics: {interval: 0s}
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.documentElement.lang === 'zh-CN' && document.getElementById('main').dataset.ready === 'request'`)); err != nil {
 		t.Fatalf("switch to Chinese: %v", err)
 	}
-	loc, err := chromedp.Run(ctx, chromedp.Location())
+	loc, err = chromedp.Run(ctx, chromedp.Location())
 	if err != nil {
 		t.Fatal(err)
 	}

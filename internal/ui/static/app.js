@@ -446,9 +446,293 @@
       ], hist) : h('p', { class: 'placeholder' }, t('alerts.none_history'))));
   }
 
-  // ---- pages still to come ----------------------------------------------
-  function pageLater(main, title, what) {
-    main.append(h('h1', {}, title), h('div', { class: 'card placeholder', 'data-testid': 'later' }, what));
+  // ---- time windows and charts for Overview and Diagnostics -------------
+  const STEPS = ['1m', '5m', '1h', '1d'];
+  const STEP_S = { '1m': 60, '5m': 300, '1h': 3600, '1d': 86400 };
+  const iso = (ms) => new Date(ms).toISOString().replace('.000Z', 'Z');
+  // window reads range/from/to/step from the URL: a named range ends now;
+  // from+to (RFC 3339) is a custom one. The step, when not given, keeps the
+  // number of points reasonable.
+  function window_(params, defRange) {
+    let range = params.get('range') || '';
+    let from = params.get('from') || '', to = params.get('to') || '';
+    let fromMS, toMS;
+    if (from && to && !isNaN(Date.parse(from)) && !isNaN(Date.parse(to))) {
+      range = 'custom'; fromMS = Date.parse(from); toMS = Date.parse(to);
+    } else {
+      if (!RANGES[range]) range = defRange;
+      toMS = Date.now(); fromMS = toMS - RANGES[range];
+      from = ''; to = '';
+    }
+    const span = (toMS - fromMS) / 1000;
+    let step = params.get('step') || '';
+    if (!STEPS.includes(step)) step = span <= 2 * 3600 ? '1m' : span <= 12 * 3600 ? '5m' : span <= 14 * 86400 ? '1h' : '1d';
+    return { range, from, to, fromISO: iso(fromMS), toISO: iso(toMS), step };
+  }
+  const finer = (step) => ({ '1d': '1h', '1h': '5m', '5m': '1m', '1m': '1m' }[step]);
+  const CURRENCY = { CNY: '¥', USD: '$', EUR: '€', JPY: '¥', GBP: '£' };
+  function fmtMoney(v, cur) {
+    if (!isNum(v)) return dash;
+    const s = v === 0 ? '0' : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3);
+    return (CURRENCY[cur] || '') + s + ' ' + cur;
+  }
+  const fmtCosts = (m) => (m && Object.keys(m).length ? Object.keys(m).sort().map((c) => fmtMoney(m[c], c)).join(' · ') : dash);
+  const fmtSec = (v) => (isNum(v) ? (v * 1000).toFixed(1) : dash); // seconds shown as ms
+  const fmtPct = (v) => (isNum(v) ? (v * 100).toFixed(1) : dash);
+  const fmtQPS = (v) => (isNum(v) ? (v >= 10 ? v.toFixed(1) : v.toPrecision(3)) : dash);
+  const fmtBucket = (s) => fmtTime(s).slice(0, 16);
+  const COLORS = ['#2457c5', '#f79009', '#b42318', '#12b76a', '#7a5af8', '#ee46bc', '#98a2b3', '#2e90fa'];
+  const SEG_COLORS = { gateway_queue: '#98a2b3', connect: '#7a5af8', engine_queue: '#f79009', prefill: '#2e90fa', decode: '#12b76a', post_processing: '#ee46bc', client_write: '#f04438', unattributed: '#d0d5dd' };
+
+  // chart draws lines over time: ts are RFC 3339 step starts, lines
+  // [{label, values, color}]. stacked fills each line on top of the
+  // previous ones (the legend still shows each line's own value). onPick(i)
+  // is called with the bucket index a click lands on.
+  function chart(el, ts, lines, opts) {
+    opts = opts || {};
+    if (typeof uPlot !== 'function') { el.append(h('p', { class: 'muted' }, t('request.timeline_nochart'))); return; }
+    if (!ts.length) { el.append(h('p', { class: 'muted' }, t('chart.no_data'))); return; }
+    const xs = ts.map((s) => Date.parse(s) / 1000);
+    let data = lines.map((l) => l.values.map((v) => (isNum(v) ? v : null)));
+    let order = lines.map((_, i) => i);
+    if (opts.stacked) {
+      const acc = xs.map(() => 0);
+      data = data.map((vals) => vals.map((v, i) => (acc[i] += v || 0)));
+      order = order.reverse(); // the tallest first, so each smaller one paints over it
+    }
+    const series = [{}].concat(order.map((i) => ({
+      label: lines[i].label, stroke: lines[i].color, width: 2,
+      fill: opts.stacked ? lines[i].color : undefined, spanGaps: false,
+      points: { show: xs.length < 60 },
+      value: (u, v, si, idx) => { const raw = lines[i].values[idx]; return isNum(raw) ? (opts.fmt || String)(raw) : dash; },
+    })));
+    const width = Math.max(320, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
+    const u = new uPlot({
+      width, height: opts.height || 220,
+      axes: [{}, { label: opts.unit || '', size: 60 }],
+      scales: { y: { range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] } },
+      series, legend: { show: true },
+    }, [xs].concat(order.map((i) => data[i])), el);
+    if (opts.onPick) {
+      u.over.style.cursor = 'pointer';
+      u.over.addEventListener('click', () => { const i = u.cursor.idx; if (i !== null && i !== undefined) opts.onPick(i); });
+    }
+    return u;
+  }
+  const chartCard = (title, hint, id) => {
+    const plot = h('div', { class: 'plot', 'data-testid': id });
+    return [h('div', { class: 'card' }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, plot), plot];
+  };
+  // one series (no by) from /series or /percentiles: its points, or [].
+  const pointsOf = (res) => (res && res.series && res.series[0] ? res.series[0].points : []);
+  // tryAPI is api() that answers null for a 404 (percentiles without windows).
+  async function tryAPI(path) {
+    try { return await api(path); } catch (err) { if (err.status === 404) return null; throw err; }
+  }
+  function rangeForm(page, w, params, extra) {
+    const rangeSel = h('select', { name: 'range' }, [...Object.keys(RANGES), 'custom'].map((r) => h('option', { value: r, selected: r === w.range }, rangeLabel(r))));
+    const stepSel = h('select', { name: 'step' }, ['', ...STEPS].map((s) => h('option', { value: s, selected: s === (params.get('step') || '') }, s || t('filter.step_auto'))));
+    const form = h('form', { class: 'filters', 'data-testid': 'filters' },
+      h('label', {}, t('filter.range'), rangeSel),
+      h('label', {}, t('filter.since'), h('input', { name: 'from', value: w.from, placeholder: '2026-11-01T08:00:00Z', size: 22 })),
+      h('label', {}, t('filter.until'), h('input', { name: 'to', value: w.to, placeholder: '2026-11-01T09:00:00Z', size: 22 })),
+      h('label', {}, t('filter.step'), stepSel),
+      (extra || []).map((k) => h('label', {}, filterLabel(k), h('input', { name: k, value: params.get(k) || '' }))),
+      h('button', { type: 'submit' }, t('common.show')));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const fd = new FormData(form), o = {};
+      for (const k of ['range', 'from', 'to', 'step', ...(extra || [])]) o[k] = (fd.get(k) || '').trim();
+      if ((o.from || o.to) && o.range !== 'custom') o.range = 'custom';
+      if (o.range !== 'custom') { o.from = ''; o.to = ''; }
+      location.hash = href(page, '', paramsOf(o));
+    });
+    return form;
+  }
+  function filterLabel(k) {
+    switch (k) {
+      case 'model': return t('filter.model');
+      case 'biz_line': return t('filter.biz_line');
+      case 'upstream': return t('filter.upstream');
+      default: return k;
+    }
+  }
+  // diagLink: Diagnostics for one bucket [t, t+step), at a finer step.
+  function diagParams(tStart, step, filters) {
+    const f = Date.parse(tStart);
+    return paramsOf(Object.assign({ range: 'custom', from: iso(f), to: iso(f + STEP_S[step] * 1000), step: finer(step) }, filters || {}));
+  }
+  function requestsParams(fromISO, toISO, filters) {
+    const o = { range: 'custom', since: fromISO, until: toISO };
+    for (const k of ['model', 'biz_line']) if (filters && filters[k]) o[k] = filters[k];
+    return paramsOf(o);
+  }
+
+  // ---- Overview ---------------------------------------------------------
+  async function pageOverview(main, params) {
+    const w = window_(params, '24h');
+    main.append(h('h1', {}, t('overview.title')), h('div', { class: 'card' }, rangeForm('overview', w, params), h('p', { class: 'hint' }, t('overview.hint'))));
+    const out = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(out);
+    const span = `from=${encodeURIComponent(w.fromISO)}&to=${encodeURIComponent(w.toISO)}`;
+    const ovPath = 'overview?' + span;
+    let ov, se, pe, pt;
+    try {
+      [ov, se, pe, pt] = await Promise.all([api(ovPath), api(`series?${span}&step=${w.step}&measures=requests,errors`),
+        tryAPI(`percentiles?${span}&step=${w.step}&quantity=e2e`), tryAPI(`percentiles?${span}&step=${w.step}&quantity=ttft`)]);
+    } catch (err) { out.replaceChildren(errorBox(err)); return; }
+    const T = ov.totals || {}, L = ov.latency_s || {}, e2e = L.e2e || {}, ttft = L.ttft || {};
+    out.replaceChildren();
+    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period', { from: fmtTime(ov.from), to: fmtTime(ov.to) })));
+    out.append(h('div', { class: 'figures card', 'data-testid': 'ov-figures', 'data-api': ovPath },
+      figure(t('ov.requests'), fmtInt(T.requests), '', 'ov-requests'),
+      figure(t('ov.qps'), fmtQPS(ov.qps), t('unit.per_s'), 'ov-qps'),
+      figure(t('ov.error_rate'), fmtPct(T.error_rate), '%', 'ov-error-rate'),
+      figure(t('ov.e2e_p50'), fmtSec(e2e.p50), 'ms', 'ov-e2e-p50'),
+      figure(t('ov.e2e_p95'), fmtSec(e2e.p95), 'ms', 'ov-e2e-p95'),
+      figure(t('ov.e2e_p99'), fmtSec(e2e.p99), 'ms', 'ov-e2e-p99'),
+      figure(t('ov.ttft_p50'), fmtSec(ttft.p50), 'ms', 'ov-ttft-p50'),
+      figure(t('ov.ttft_p95'), fmtSec(ttft.p95), 'ms', 'ov-ttft-p95'),
+      figure(t('ov.ttft_p99'), fmtSec(ttft.p99), 'ms', 'ov-ttft-p99'),
+      figure(t('ov.input_tokens'), fmtInt(T.input_tokens), t('unit.tokens'), 'ov-input-tokens'),
+      figure(t('ov.output_tokens'), fmtInt(T.output_tokens), t('unit.tokens'), 'ov-output-tokens'),
+      figure(t('ov.cache_hit_share'), fmtPct(T.cache_hit_share), '%', 'ov-cache'),
+      figure(t('ov.cost'), fmtCosts(T.cost), '', 'ov-cost'),
+      figure(t('ov.alerts'), h('a', { href: '#/alerts' }, fmtInt((ov.alerts || {}).active)), '', 'ov-alerts')));
+    if (!isNum(e2e.p50) && T.requests) out.append(h('p', { class: 'hint' }, t('overview.no_percentiles')));
+
+    const sp = pointsOf(se), ts = sp.map((p) => p.t);
+    const pick = (i) => { if (sp[i]) location.hash = href('diagnostics', '', diagParams(sp[i].t, w.step)); };
+    const byT = (res) => { const m = {}; for (const p of pointsOf(res)) m[p.t] = p; return m; };
+    const e2eT = byT(pe), ttftT = byT(pt);
+    const [c1, p1] = chartCard(t('overview.chart_qps'), t('overview.chart_click'), 'chart-qps');
+    const [c2, p2] = chartCard(t('overview.chart_errors'), '', 'chart-errors');
+    const [c3, p3] = chartCard(t('overview.chart_p99'), '', 'chart-p99');
+    out.append(c1, h('div', { class: 'grid2' }, c2, c3));
+    chart(p1, ts, [{ label: t('ov.qps'), values: sp.map((p) => p.qps), color: COLORS[0] }], { unit: t('unit.per_s'), fmt: fmtQPS, onPick: pick });
+    chart(p2, ts, [{ label: t('ov.error_rate'), values: sp.map((p) => (isNum(p.error_rate) ? p.error_rate * 100 : null)), color: COLORS[2] }], { unit: '%', fmt: (v) => v.toFixed(1), onPick: pick });
+    chart(p3, ts, [
+      { label: t('ov.e2e_p99'), values: ts.map((x) => (e2eT[x] && isNum(e2eT[x].p99) ? e2eT[x].p99 * 1000 : null)), color: COLORS[0] },
+      { label: t('ov.ttft_p99'), values: ts.map((x) => (ttftT[x] && isNum(ttftT[x].p99) ? ttftT[x].p99 * 1000 : null)), color: COLORS[1] },
+    ], { unit: 'ms', fmt: (v) => v.toFixed(1), onPick: pick });
+
+    // The buckets with traffic, each a link to its diagnostics: the same
+    // drill-down as a click on a chart, without aiming at a point.
+    const busy = sp.filter((p) => p.requests > 0).reverse().slice(0, 60);
+    out.append(h('div', { class: 'card', 'data-testid': 'ov-buckets' }, h('h2', {}, t('overview.buckets', { step: w.step })), h('p', { class: 'hint' }, t('overview.buckets_hint')),
+      busy.length ? table([
+        { label: t('col.bucket'), cell: (p) => h('a', { href: href('diagnostics', '', diagParams(p.t, w.step)), 'data-testid': 'bucket-link', 'data-t': p.t }, fmtBucket(p.t)) },
+        { label: t('col.requests'), num: true, cell: (p) => fmtInt(p.requests) },
+        { label: t('col.errors'), num: true, cell: (p) => fmtInt(p.errors) },
+        { label: t('ov.qps'), num: true, cell: (p) => fmtQPS(p.qps) },
+        { label: t('ov.e2e_p99') + ' (ms)', num: true, cell: (p) => fmtSec(e2eT[p.t] && e2eT[p.t].p99) },
+        { label: t('ov.ttft_p99') + ' (ms)', num: true, cell: (p) => fmtSec(ttftT[p.t] && ttftT[p.t].p99) },
+      ], busy) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))));
+
+    const groupTable = (dim, g, id) => h('div', { class: 'card', 'data-testid': id },
+      h('h2', {}, dim === 'biz_line' ? t('overview.by_biz_line', { n: (g && g.groups) || 0 }) : t('overview.by_model', { n: (g && g.groups) || 0 })),
+      g && g.top && g.top.length ? table([
+        { label: dim === 'biz_line' ? t('col.biz_line') : t('col.model'), cell: (r) => h('a', { href: href('diagnostics', '', paramsOf({ range: w.range === 'custom' ? '' : w.range, from: w.from, to: w.to, [dim]: r.key })) }, r.key || dash) },
+        { label: t('col.requests'), num: true, cell: (r) => fmtInt(r.requests) },
+        { label: t('col.error_rate'), num: true, cell: (r) => fmtPct(r.error_rate) + ' %' },
+        { label: t('col.cache_hit_share'), num: true, cell: (r) => fmtPct(r.cache_hit_share) + ' %' },
+        { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.input_tokens) },
+        { label: t('col.output_tokens'), num: true, cell: (r) => fmtInt(r.output_tokens) },
+        { label: t('col.e2e_mean_ms'), num: true, cell: (r) => fmtSec(r.e2e_mean_s) },
+        { label: t('col.ttft_mean_ms'), num: true, cell: (r) => fmtSec(r.ttft_mean_s) },
+        { label: t('col.cost'), num: true, cell: (r) => fmtCosts(r.cost) },
+      ], g.top) : h('p', { class: 'placeholder' }, t('overview.no_traffic')));
+    out.append(h('div', { class: 'grid2' }, groupTable('biz_line', ov.by_biz_line, 'ov-by-biz'), groupTable('model', ov.by_model, 'ov-by-model')));
+  }
+
+  // ---- Diagnostics ------------------------------------------------------
+  const DIAG_FILTERS = ['model', 'biz_line', 'upstream'];
+  async function pageDiagnostics(main, params) {
+    const w = window_(params, '1h');
+    const filters = {};
+    for (const k of DIAG_FILTERS) if (params.get(k)) filters[k] = params.get(k);
+    const fq = Object.entries(filters).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join('');
+    const span = `from=${encodeURIComponent(w.fromISO)}&to=${encodeURIComponent(w.toISO)}`;
+    const reqLink = h('a', { href: href('requests', '', requestsParams(w.fromISO, w.toISO, filters)), 'data-testid': 'diag-requests-link', class: 'button' }, t('diag.see_requests'));
+    main.append(h('h1', {}, t('diag.title')), h('div', { class: 'card' }, rangeForm('diagnostics', w, params, DIAG_FILTERS),
+      h('p', { class: 'hint' }, t('diag.hint')), h('p', {}, reqLink, filters.upstream ? h('span', { class: 'hint' }, ' ', t('diag.upstream_not_in_requests')) : null)));
+    const out = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(out);
+    const Q = ['ttft', 'tpot', 'e2e', 'gateway_queue', 'engine_queue'];
+    let se, biz, pct, len;
+    try {
+      [se, biz, pct] = await Promise.all([
+        api(`series?${span}&step=${w.step}${fq}`),
+        api(`series?${span}&step=${w.step}&by=biz_line&measures=requests,input_tokens,cached_input_tokens,output_tokens${fq}`),
+        Promise.all(Q.map((q) => tryAPI(`percentiles?${span}&step=${w.step}&quantity=${q}${fq}`)))]);
+    } catch (err) { out.replaceChildren(errorBox(err)); return; }
+    try {
+      const rq = new URLSearchParams({ from: w.fromISO, to: w.toISO });
+      for (const k of ['model', 'biz_line', 'upstream']) if (filters[k]) rq.set(k, filters[k]);
+      len = await api('reports/length?' + rq.toString());
+    } catch (err) { len = { error: err }; }
+    out.replaceChildren();
+    const sp = pointsOf(se), ts = sp.map((p) => p.t);
+    const total = sp.reduce((a, p) => a + (p.requests || 0), 0);
+    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period', { from: fmtTime(se.from), to: fmtTime(se.to) }), ' · ',
+      t('diag.total', { n: total, step: w.step })));
+    out.append(h('span', { hidden: true, 'data-testid': 'diag-requests', 'data-api': `series?${span}&step=${w.step}${fq}` }, String(total)));
+    const toReq = (i) => { if (sp[i]) location.hash = href('requests', '', requestsParams(sp[i].t, iso(Date.parse(sp[i].t) + STEP_S[w.step] * 1000), filters)); };
+    const P = {};
+    Q.forEach((q, i) => { P[q] = {}; for (const p of pointsOf(pct[i])) P[q][p.t] = p; });
+    const pctLines = (q, label) => ['p50', 'p95', 'p99'].map((k, j) => ({ label: label + ' ' + k.toUpperCase(), values: ts.map((x) => (P[q][x] && isNum(P[q][x][k]) ? P[q][x][k] * 1000 : null)), color: COLORS[j] }));
+    const ms = { unit: 'ms', fmt: (v) => v.toFixed(1), onPick: toReq };
+    if (pct.every((r) => r === null)) out.append(h('p', { class: 'hint' }, t('overview.no_percentiles')));
+    const cards = [
+      [t('diag.chart_ttft'), t('diag.chart_click'), 'chart-ttft', pctLines('ttft', 'TTFT'), ms],
+      [t('diag.chart_tpot'), '', 'chart-tpot', pctLines('tpot', 'TPOT'), ms],
+      [t('diag.chart_e2e'), '', 'chart-e2e', pctLines('e2e', 'E2E'), ms],
+      [t('diag.chart_segments'), t('diag.chart_segments_hint'), 'chart-segments',
+        SEGMENTS.map((s) => ({ label: segLabel(s), values: sp.map((p) => (isNum(p['seg_' + s + '_mean_s']) ? p['seg_' + s + '_mean_s'] * 1000 : null)), color: SEG_COLORS[s] })),
+        Object.assign({ stacked: true, height: 260 }, ms)],
+      [t('diag.chart_queues'), t('diag.chart_queues_hint'), 'chart-queues',
+        [...pctLines('gateway_queue', t('seg.gateway_queue')), ...pctLines('engine_queue', t('seg.engine_queue')).map((l, j) => Object.assign(l, { color: COLORS[3 + j] }))], ms],
+      [t('diag.chart_cache'), '', 'chart-cache', [{ label: t('ov.cache_hit_share'), values: sp.map((p) => (isNum(p.cache_hit_share) ? p.cache_hit_share * 100 : null)), color: COLORS[3] }],
+        { unit: '%', fmt: (v) => v.toFixed(1), onPick: toReq }],
+    ];
+    const grid = h('div', { class: 'grid2' });
+    out.append(grid);
+    for (const [title, hint, id, lines, opts] of cards) {
+      const [card, plot] = chartCard(title, hint, id);
+      grid.append(card);
+      chart(plot, ts, lines, opts);
+    }
+
+    const busy = sp.filter((p) => p.requests > 0).reverse().slice(0, 60);
+    out.append(h('div', { class: 'card', 'data-testid': 'diag-buckets' }, h('h2', {}, t('overview.buckets', { step: w.step })), h('p', { class: 'hint' }, t('diag.buckets_hint')),
+      busy.length ? table([
+        { label: t('col.bucket'), cell: (p) => h('a', { href: href('requests', '', requestsParams(p.t, iso(Date.parse(p.t) + STEP_S[w.step] * 1000), filters)), 'data-testid': 'bucket-requests' }, fmtBucket(p.t)) },
+        { label: t('col.requests'), num: true, cell: (p) => fmtInt(p.requests) },
+        { label: t('col.errors'), num: true, cell: (p) => fmtInt(p.errors) },
+        { label: 'TTFT P99 (ms)', num: true, cell: (p) => fmtSec(P.ttft[p.t] && P.ttft[p.t].p99) },
+        { label: 'TPOT P99 (ms)', num: true, cell: (p) => fmtSec(P.tpot[p.t] && P.tpot[p.t].p99) },
+        { label: 'E2E P99 (ms)', num: true, cell: (p) => fmtSec(P.e2e[p.t] && P.e2e[p.t].p99) },
+        { label: t('col.e2e_mean_ms'), num: true, cell: (p) => fmtSec(p.e2e_mean_s) },
+        { label: t('col.cache_hit_share'), num: true, cell: (p) => fmtPct(p.cache_hit_share) + ' %' },
+      ], busy) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))));
+
+    // Tokens per business line over the window.
+    const rows = (biz.series || []).map((s) => {
+      const sum = (k) => s.points.reduce((a, p) => a + (p[k] || 0), 0);
+      return { key: s.key.biz_line || '', requests: sum('requests'), input: sum('input_tokens'), cached: sum('cached_input_tokens'), output: sum('output_tokens') };
+    }).filter((r) => r.requests > 0).sort((a, b) => b.requests - a.requests);
+    out.append(h('div', { class: 'grid2' },
+      h('div', { class: 'card', 'data-testid': 'diag-biz-tokens' }, h('h2', {}, t('diag.tokens_by_biz')),
+        rows.length ? table([
+          { label: t('col.biz_line'), cell: (r) => r.key || dash },
+          { label: t('col.requests'), num: true, cell: (r) => fmtInt(r.requests) },
+          { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.input) },
+          { label: t('col.cached_input_tokens'), num: true, cell: (r) => fmtInt(r.cached) },
+          { label: t('col.output_tokens'), num: true, cell: (r) => fmtInt(r.output) },
+          { label: t('col.output_per_request'), num: true, cell: (r) => (r.requests ? (r.output / r.requests).toFixed(1) : dash) },
+        ], rows) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))),
+      h('div', { class: 'card', 'data-testid': 'diag-length' }, h('h2', {}, t('diag.length')), h('p', { class: 'hint' }, t('diag.length_hint')),
+        len && len.error ? errorBox(len.error) : reportTable(len))));
   }
 
   // ---- shell ------------------------------------------------------------
@@ -469,8 +753,8 @@
         case 'request': document.title = t('request.title') + ' · tollgate'; await pageRequest(main, arg); break;
         case 'cost': document.title = t('cost.title') + ' · tollgate'; await pageCost(main, params); break;
         case 'alerts': document.title = t('alerts.title') + ' · tollgate'; await pageAlerts(main, params); break;
-        case 'overview': document.title = t('nav.overview') + ' · tollgate'; pageLater(main, t('nav.overview'), t('later.overview')); break;
-        case 'diagnostics': document.title = t('nav.diagnostics') + ' · tollgate'; pageLater(main, t('nav.diagnostics'), t('later.diagnostics')); break;
+        case 'overview': document.title = t('overview.title') + ' · tollgate'; await pageOverview(main, params); break;
+        case 'diagnostics': document.title = t('diag.title') + ' · tollgate'; await pageDiagnostics(main, params); break;
         default: main.append(h('p', { class: 'placeholder' }, t('common.no_page'))); break;
       }
     } finally {
