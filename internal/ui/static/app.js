@@ -500,10 +500,10 @@
       data = data.map((vals) => vals.map((v, i) => (acc[i] += v || 0)));
       order = order.reverse(); // the tallest first, so each smaller one paints over it
     }
-    const series = [{}].concat(order.map((i) => ({
+    const series = [{ label: t('col.bucket') }].concat(order.map((i) => ({
       label: lines[i].label, stroke: lines[i].color, width: 2,
       fill: opts.stacked ? lines[i].color : undefined, spanGaps: false,
-      points: { show: xs.length < 60 },
+      points: { show: true, size: xs.length < 60 ? 5 : 3 }, // a lone value between gaps is a point, not a line
       value: (u, v, si, idx) => { const raw = lines[i].values[idx]; return isNum(raw) ? (opts.fmt || String)(raw) : dash; },
     })));
     const width = Math.max(320, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
