@@ -95,6 +95,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
   simulated engine   http://%[1]s/v1   (stands in for vLLM)
   gateway            http://%[2]s/v1   (point OpenAI SDKs here)
   metrics            http://%[2]s/metrics
+  dashboard          http://%[2]s/ui/
   ledger             %[3]s
 
 Try, in another terminal:
