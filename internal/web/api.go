@@ -48,8 +48,9 @@ type Options struct {
 
 // API is the /api/v1/ handler.
 type API struct {
-	o   Options
-	mux *http.ServeMux
+	o     Options
+	mux   *http.ServeMux
+	hours hourCache // stored window hours, merged
 }
 
 // Roles, weakest first.

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
@@ -377,16 +380,7 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 		if g == nil {
 			g = &wgroup{stats: make([]*window.Stats, len(tl.starts))}
 			for _, l := range by {
-				switch l {
-				case "model":
-					g.key.Model = k.Model
-				case "biz_line":
-					g.key.BizLine = k.BizLine
-				case "upstream":
-					g.key.Upstream = k.Upstream
-				case "template":
-					g.key.Template = k.Template
-				}
+				setLabel(&g.key, l, k.Label(l))
 			}
 			groups[gk] = g
 		}
@@ -396,19 +390,32 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 		g.stats[i].Merge(s)
 	}
 	cut := window.Minute(a.o.Now()).Add(-windowMemory)
-	if tl.from.Before(cut) {
-		end := earlier(tl.to, cut)
-		rows, err := a.o.Store.WindowMinutes(ctx, tl.from, end)
+	storeEnd := earlier(tl.to, cut)
+	for h := tl.from.UTC().Truncate(time.Hour); h.Before(storeEnd); h = h.Add(time.Hour) {
+		lo, hi := later(h, tl.from), earlier(h.Add(time.Hour), storeEnd)
+		i := tl.index(lo)
+		if i < 0 {
+			continue
+		}
+		if lo.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.index(hi.Add(-time.Minute)) == i {
+			// A whole closed hour within one step: merged once, kept.
+			hg, err := a.hours.get(ctx, a.o.Store, h, by, where, a.o.Log)
+			if err != nil {
+				return nil, err
+			}
+			for _, g := range hg {
+				add(g.key, i, g.stats)
+			}
+			continue
+		}
+		rows, err := a.o.Store.WindowMinutes(ctx, lo, hi)
 		if err != nil {
 			return nil, err
 		}
-	rows:
 		for _, row := range rows {
 			k := window.Key{Model: row.Model, BizLine: row.BizLine, Upstream: row.Upstream, Template: row.Template}
-			for l, v := range where {
-				if k.Label(l) != v {
-					continue rows
-				}
+			if !matches(k, where) {
+				continue
 			}
 			i := tl.index(row.Minute)
 			if i < 0 {
@@ -438,6 +445,101 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 		}
 	}
 	return groups, nil
+}
+
+func matches(k window.Key, where map[string]string) bool {
+	for l, v := range where {
+		if k.Label(l) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// hourCache keeps closed UTC hours of stored window minutes merged per
+// group (every sketch), by grouping and filter: stored hours do not
+// change, and decoding every minute's sketches is most of the cost of a
+// percentile over days (a dashboard asks for the same hours again and
+// again).
+type hourCache struct {
+	mu sync.Mutex
+	m  map[string][]hourGroup
+}
+
+type hourGroup struct {
+	key   window.Key
+	stats *window.Stats
+}
+
+// maxCachedHours bounds the cache (a month of hours for a few groupings);
+// it is emptied when full.
+const maxCachedHours = 4000
+
+func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string, where map[string]string, log *slog.Logger) ([]hourGroup, error) {
+	wk := slices.Sorted(maps.Keys(where))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d|%s", h.Unix(), strings.Join(by, ","))
+	for _, l := range wk {
+		fmt.Fprintf(&b, "|%s=%q", l, where[l])
+	}
+	key := b.String()
+	c.mu.Lock()
+	hg, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return hg, nil
+	}
+	rows, err := st.WindowMinutes(ctx, h, h.Add(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	groups := map[string]*hourGroup{}
+	for _, row := range rows {
+		k := window.Key{Model: row.Model, BizLine: row.BizLine, Upstream: row.Upstream, Template: row.Template}
+		if !matches(k, where) {
+			continue
+		}
+		var s window.Stats
+		if err := s.UnmarshalBinary(row.Data); err != nil {
+			log.Warn("skipping an unreadable window minute", "minute", row.Minute, "err", err)
+			continue
+		}
+		gk := window.GroupKey(k, by)
+		g := groups[gk]
+		if g == nil {
+			g = &hourGroup{stats: &s}
+			for _, l := range by {
+				setLabel(&g.key, l, k.Label(l))
+			}
+			groups[gk] = g
+			continue
+		}
+		g.stats.Merge(&s)
+	}
+	hg = make([]hourGroup, 0, len(groups))
+	for _, g := range groups {
+		hg = append(hg, *g)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedHours {
+		c.m = map[string][]hourGroup{}
+	}
+	c.m[key] = hg
+	c.mu.Unlock()
+	return hg, nil
+}
+
+func setLabel(k *window.Key, l, v string) {
+	switch l {
+	case "model":
+		k.Model = v
+	case "biz_line":
+		k.BizLine = v
+	case "upstream":
+		k.Upstream = v
+	case "template":
+		k.Template = v
+	}
 }
 
 func later(a, b time.Time) time.Time {

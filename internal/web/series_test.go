@@ -228,6 +228,12 @@ func TestPercentilesEqualWindowQuantiles(t *testing.T) {
 			} `json:"series"`
 		}
 		getJSON(t, url, &got)
+		// Again: stored hours now come from the cache, and agree.
+		_, b1 := get(t, url, "")
+		_, b2 := get(t, url, "")
+		if string(b1) != string(b2) {
+			t.Errorf("%s: a second call differs:\n%s\n%s", tc.query, b1, b2)
+		}
 		want := map[string]map[time.Time]*window.Stats{}
 		for _, r := range f.recs {
 			if strings.Contains(tc.query, "biz_line=") && r.BizLine != "biz-1" {

@@ -1,0 +1,174 @@
+package web
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite/bench"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+// The overview benchmark is opt-in: it builds a 1M-request ledger over 30
+// days (bench.Gen, bench.Build) and the alerting windows' stored minutes
+// of the same requests, which takes a minute or two.
+const (
+	envOverview     = "TOLLGATE_BENCH_OVERVIEW"      // "1" runs it
+	envOverviewRows = "TOLLGATE_BENCH_OVERVIEW_ROWS" // default 1,000,000
+	envOverviewDB   = "TOLLGATE_BENCH_OVERVIEW_DB"   // reuse (or build once into) this file
+)
+
+// BenchmarkOverview measures GET /api/v1/overview, latency percentiles
+// included, over the last day, week and month of a 1M-request ledger.
+func BenchmarkOverview(b *testing.B) {
+	if os.Getenv(envOverview) != "1" {
+		b.Skipf("set %s=1 to build a 1M-request ledger and measure the overview over it", envOverview)
+	}
+	ctx := context.Background()
+	cfg := bench.Config{Rows: 1_000_000, Days: 30, Seed: 1}
+	if v := os.Getenv(envOverviewRows); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want a positive number", envOverviewRows, v)
+		}
+		cfg.Rows = n
+	}
+	path := os.Getenv(envOverviewDB)
+	if path == "" {
+		path = filepath.Join(b.TempDir(), "overview.db")
+	}
+	if _, err := os.Stat(path + ".done"); err != nil {
+		t0 := time.Now()
+		st, err := bench.Build(ctx, path, cfg, bench.BuildOptions{Batch: 10000, DeferIndexes: true, CacheMiB: 256, Shards: 4, Workers: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := storeWindowMinutes(ctx, path, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("built %d rows in %s, %d window minutes; total %s", st.Rows, st.Total.Round(time.Second), n, time.Since(t0).Round(time.Second))
+		if err := os.WriteFile(path+".done", nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := sqlite.Open(ctx, path, slog.New(slog.DiscardHandler), sqlite.WithLocation(bench.Loc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	end := time.Date(2026, 11, 1, 0, 0, 0, 0, bench.Loc).AddDate(0, 0, cfg.Days)
+	win := window.New(window.Config{}, s, nil, nil)
+	if err := win.Load(ctx, end); err != nil {
+		b.Fatal(err)
+	}
+	for _, days := range []int{1, 7, 30} {
+		url := "/api/v1/overview?from=" + end.AddDate(0, 0, -days).UTC().Format(time.RFC3339) + "&to=" + end.UTC().Format(time.RFC3339)
+		b.Run(strconv.Itoa(days)+"d", func(b *testing.B) {
+			// A new API: the first call merges every stored hour (cold),
+			// the loop's calls find the closed hours merged (warm).
+			api := NewAPI(Options{Store: s, Loc: bench.Loc, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return end.Add(-time.Second) }, Windows: win})
+			call := func() {
+				req := httptest.NewRequest(http.MethodGet, url, nil)
+				req.RemoteAddr = "127.0.0.1:1234" // no tokens: loopback only
+				rec := httptest.NewRecorder()
+				api.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+			}
+			t0 := time.Now()
+			call()
+			b.Logf("%dd cold (first call): %s", days, time.Since(t0).Round(time.Millisecond))
+			for b.Loop() {
+				call()
+			}
+		})
+	}
+	noWin := NewAPI(Options{Store: s, Loc: bench.Loc, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return end.Add(-time.Second) }})
+	b.Run("30d-rollups-only", func(b *testing.B) {
+		url := "/api/v1/overview?from=" + end.AddDate(0, 0, -30).UTC().Format(time.RFC3339) + "&to=" + end.UTC().Format(time.RFC3339)
+		for b.Loop() {
+			req := httptest.NewRequest(http.MethodGet, url, nil)
+			req.RemoteAddr = "127.0.0.1:1234"
+			rec := httptest.NewRecorder()
+			noWin.ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				b.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+		}
+	})
+}
+
+// storeWindowMinutes feeds the ledger's requests, regenerated, to the
+// alerting windows' per-minute stats and stores them as the aggregator
+// would.
+func storeWindowMinutes(ctx context.Context, path string, cfg bench.Config) (int, error) {
+	s, err := sqlite.Open(ctx, path, nil, sqlite.WithLocation(bench.Loc))
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	g := bench.New(cfg)
+	buf := make([]record.Record, 4096)
+	open := map[int64]map[window.Key]*window.Stats{}
+	var rows []store.WindowMinute
+	total := 0
+	flush := func(before int64) error {
+		for m, series := range open {
+			if m >= before {
+				continue
+			}
+			for k, st := range series {
+				data, _ := st.MarshalBinary()
+				rows = append(rows, store.WindowMinute{Minute: time.Unix(m, 0).UTC(), Model: k.Model, BizLine: k.BizLine, Upstream: k.Upstream, Template: k.Template, Data: data})
+			}
+			delete(open, m)
+		}
+		if len(rows) >= 5000 || before == 1<<62 {
+			total += len(rows)
+			if err := s.AddWindowMinutes(ctx, rows); err != nil {
+				return err
+			}
+			rows = rows[:0]
+		}
+		return nil
+	}
+	var last int64
+	for {
+		n := g.Next(buf)
+		if n == 0 {
+			break
+		}
+		for i := range buf[:n] {
+			r := &buf[i]
+			r.Finish()
+			m := window.Minute(r.Arrival.Add(r.Derived.E2E)).Unix()
+			k := window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
+			if open[m] == nil {
+				open[m] = map[window.Key]*window.Stats{}
+			}
+			st := open[m][k]
+			if st == nil {
+				st = &window.Stats{}
+				open[m][k] = st
+			}
+			st.Add(r)
+			last = max(last, window.Minute(r.Arrival).Unix())
+		}
+		// Requests last at most minutes: older minutes are closed.
+		if err := flush(last - 600); err != nil {
+			return total, err
+		}
+	}
+	return total, flush(1 << 62)
+}
