@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -391,13 +392,14 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 	}
 	cut := window.Minute(a.o.Now()).Add(-windowMemory)
 	storeEnd := earlier(tl.to, cut)
+	a.prefetchHours(ctx, tl, storeEnd, by, where)
 	for h := tl.from.UTC().Truncate(time.Hour); h.Before(storeEnd); h = h.Add(time.Hour) {
 		lo, hi := later(h, tl.from), earlier(h.Add(time.Hour), storeEnd)
 		i := tl.index(lo)
 		if i < 0 {
 			continue
 		}
-		if lo.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.index(hi.Add(-time.Minute)) == i {
+		if tl.wholeHour(h, storeEnd) {
 			// A whole closed hour within one step: merged once, kept.
 			hg, err := a.hours.get(ctx, a.o.Store, h, by, where, a.o.Log)
 			if err != nil {
@@ -527,6 +529,40 @@ func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string,
 	c.m[key] = hg
 	c.mu.Unlock()
 	return hg, nil
+}
+
+// wholeHour says whether the UTC hour h lies whole in [tl.from, end) and
+// within one step, and so can be read merged from the cache.
+func (tl *timeline) wholeHour(h, end time.Time) bool {
+	i := tl.index(h)
+	return i >= 0 && !h.Before(tl.from) && !h.Add(time.Hour).After(end) && tl.index(h.Add(time.Hour-time.Minute)) == i
+}
+
+// prefetchHours merges the whole stored hours of tl not yet cached, a
+// few at a time: decoding sketches is CPU-bound, and an overview over a
+// month has hundreds of hours to decode on its first call.
+func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string) {
+	workers := min(runtime.GOMAXPROCS(0), 4)
+	if workers < 2 {
+		return
+	}
+	hours := make(chan time.Time)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for h := range hours {
+				// Errors are met again, and returned, by the caller's read.
+				_, _ = a.hours.get(ctx, a.o.Store, h, by, where, a.o.Log)
+			}
+		})
+	}
+	for h := tl.from.UTC().Truncate(time.Hour); h.Before(end) && ctx.Err() == nil; h = h.Add(time.Hour) {
+		if tl.wholeHour(h, end) {
+			hours <- h
+		}
+	}
+	close(hours)
+	wg.Wait()
 }
 
 func setLabel(k *window.Key, l, v string) {
