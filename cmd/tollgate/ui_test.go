@@ -323,6 +323,9 @@ engine_metrics: {interval: 0s}
 	if topRows < 3 {
 		t.Errorf("Top spenders shows %d rows, want the 3 users", topRows)
 	}
+	if n := eval(`document.querySelectorAll('[data-testid=report-waste] table, [data-testid=report-waste] .placeholder').length`); n != 1 {
+		t.Errorf("Cost shows no waste report (%d tables or placeholders)", n)
+	}
 
 	// Overview: the request count is the API's, for the period the page asked for.
 	str := func(expr string) string {
@@ -375,6 +378,25 @@ engine_metrics: {interval: 0s}
 	}
 	if n := eval(`document.querySelectorAll('[data-testid=chart-segments] canvas, [data-testid=chart-ttft] canvas').length`); n < 2 {
 		t.Errorf("Diagnostics draws %d of the segment and TTFT charts", n)
+	}
+	// Latency by input length: the table's requests are /api/v1/diagnose's.
+	var dg struct {
+		Results []struct {
+			Rows []struct{ Requests int64 }
+		}
+	}
+	getJSON(t, base+"/api/v1/"+str(`document.querySelector('[data-testid=diag-input]').dataset.api`), &dg)
+	var dgTotal int64
+	if len(dg.Results) > 0 {
+		for _, r := range dg.Results[0].Rows {
+			dgTotal += r.Requests
+		}
+	}
+	if got := str(`String([...document.querySelectorAll('[data-testid=diag-input] tbody tr td:nth-child(2)')].reduce((a, td) => a + Number(td.textContent), 0))`); got != strconv.FormatInt(dgTotal, 10) || dgTotal == 0 {
+		t.Errorf("latency by input length counts %q requests, /api/v1/diagnose %d", got, dgTotal)
+	}
+	if n := eval(`document.querySelectorAll('[data-testid=diag-engine] [data-testid^=chart-engine]').length`); n != 2 {
+		t.Errorf("Diagnostics shows %d engine gauge cards, want 2", n)
 	}
 	noKeys("Diagnostics")
 	checkClean("Diagnostics")

@@ -78,6 +78,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/series", a.read(a.series))
 	a.mux.HandleFunc("GET /api/v1/percentiles", a.read(a.percentiles))
 	a.mux.HandleFunc("GET /api/v1/overview", a.read(a.overview))
+	a.mux.HandleFunc("GET /api/v1/diagnose", a.read(a.diagnose))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})

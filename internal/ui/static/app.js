@@ -359,6 +359,16 @@
       case 'cost_share': return t('col.cost_share');
       case 'currency': return t('col.currency');
       case 'flag': return t('col.flag');
+      case 'finding': return t('col.finding');
+      case 'subject': return t('col.waste_subject');
+      case 'share': return t('col.share');
+      case 'est_cost': return t('col.est_cost');
+      case 'detail': return t('col.detail');
+      case 'ttft_p50_ms': return 'TTFT P50 (ms)';
+      case 'ttft_p95_ms': return 'TTFT P95 (ms)';
+      case 'ttft_p99_ms': return 'TTFT P99 (ms)';
+      case 'e2e_p50_ms': return 'E2E P50 (ms)';
+      case 'e2e_p99_ms': return 'E2E P99 (ms)';
       default: return name;
     }
   }
@@ -394,7 +404,7 @@
     main.append(h('h1', {}, t('cost.title')), h('div', { class: 'card' }, form, h('p', { class: 'hint' }, t('cost.period_hint'))));
     const q = new URLSearchParams();
     for (const k of ['from', 'to', 'user', 'biz_line', 'model']) if (params.get(k)) q.set(k, params.get(k));
-    const sections = [['top', t('cost.top'), t('cost.top_hint')], ['users', t('cost.users'), ''], ['biz', t('cost.biz'), '']];
+    const sections = [['top', t('cost.top'), t('cost.top_hint')], ['users', t('cost.users'), ''], ['biz', t('cost.biz'), ''], ['waste', t('cost.waste'), t('cost.waste_hint')]];
     const cards = sections.map(([kind, title, hint]) => {
       const body = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
       main.append(h('div', { class: 'card', 'data-testid': 'report-' + kind }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, body));
@@ -502,7 +512,7 @@
     }
     const series = [{ label: t('col.bucket') }].concat(order.map((i) => ({
       label: lines[i].label, stroke: lines[i].color, width: 2,
-      fill: opts.stacked ? lines[i].color : undefined, spanGaps: false,
+      fill: opts.stacked ? lines[i].color : undefined, spanGaps: !!opts.spanGaps,
       points: { show: true, size: xs.length < 60 ? 5 : 3 }, // a lone value between gaps is a point, not a line
       value: (u, v, si, idx) => { const raw = lines[i].values[idx]; return isNum(raw) ? (opts.fmt || String)(raw) : dash; },
     })));
@@ -659,7 +669,7 @@
     const out = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
     main.append(out);
     const Q = ['ttft', 'tpot', 'e2e', 'gateway_queue', 'engine_queue'];
-    let se, biz, pct, len;
+    let se, biz, pct, len, eng, dg;
     try {
       [se, biz, pct] = await Promise.all([
         api(`series?${span}&step=${w.step}${fq}`),
@@ -671,6 +681,12 @@
       for (const k of ['model', 'biz_line', 'upstream']) if (filters[k]) rq.set(k, filters[k]);
       len = await api('reports/length?' + rq.toString());
     } catch (err) { len = { error: err }; }
+    const dq = new URLSearchParams({ from: w.fromISO, to: w.toISO });
+    for (const k of ['model', 'biz_line']) if (filters[k]) dq.set(k, filters[k]);
+    const eq = new URLSearchParams({ from: w.fromISO, to: w.toISO });
+    if (filters.upstream) eq.set('upstream', filters.upstream);
+    [eng, dg] = await Promise.all([api('engine?' + eq.toString()).catch((err) => ({ error: err })), api('diagnose?' + dq.toString()).catch((err) => ({ error: err }))]);
+    dg.path = 'diagnose?' + dq.toString();
     out.replaceChildren();
     const sp = pointsOf(se), ts = sp.map((p) => p.t);
     const total = sp.reduce((a, p) => a + (p.requests || 0), 0);
@@ -733,6 +749,31 @@
         ], rows) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))),
       h('div', { class: 'card', 'data-testid': 'diag-length' }, h('h2', {}, t('diag.length')), h('p', { class: 'hint' }, t('diag.length_hint')),
         len && len.error ? errorBox(len.error) : reportTable(len))));
+
+    // Latency by input length (the first table of `tollgate diagnose`).
+    const byInput = dg.error ? null : (dg.results || [])[0];
+    out.append(h('div', { class: 'card', 'data-testid': 'diag-input', 'data-api': dg.path }, h('h2', {}, t('diag.by_input')),
+      h('p', { class: 'hint' }, t('diag.by_input_hint'), filters.upstream ? ' ' + t('diag.by_input_no_upstream') : ''),
+      dg.error ? errorBox(dg.error) : byInput ? reportTable(byInput) : h('p', { class: 'placeholder' }, t('cost.no_data'))));
+
+    // The engines' own gauges, one line per upstream.
+    const samples = eng.error ? [] : eng.samples || [];
+    const ets = [...new Set(samples.map((x) => x.at))].sort((a, b) => Date.parse(a) - Date.parse(b));
+    const ups = [...new Set(samples.map((x) => x.upstream))].sort();
+    const gauge = (field, label, scale, color0) => ups.map((u, j) => {
+      const m = {};
+      for (const x of samples) if (x.upstream === u) m[x.at] = x[field];
+      return { label: ups.length > 1 ? `${label} · ${u}` : label, values: ets.map((x) => (isNum(m[x]) ? m[x] * scale : null)), color: COLORS[(color0 + j * 2) % COLORS.length] };
+    });
+    const [e1, ep1] = chartCard(t('diag.engine_queue'), t('diag.engine_hint'), 'chart-engine-queue');
+    const [e2, ep2] = chartCard(t('diag.engine_cache'), '', 'chart-engine-cache');
+    const eg = h('div', { class: 'grid2', 'data-testid': 'diag-engine', 'data-samples': String(samples.length) }, e1, e2);
+    out.append(eg);
+    if (eng.error) ep1.append(errorBox(eng.error));
+    else {
+      chart(ep1, ets, [...gauge('running', t('diag.engine_running'), 1, 0), ...gauge('waiting', t('diag.engine_waiting'), 1, 1)], { fmt: (v) => v.toFixed(0), spanGaps: true });
+      chart(ep2, ets, [...gauge('kv_cache_usage', t('diag.engine_kv'), 100, 2), ...gauge('prefix_cache_hit_rate', t('diag.engine_prefix'), 100, 3)], { unit: '%', fmt: (v) => v.toFixed(1), spanGaps: true });
+    }
   }
 
   // ---- shell ------------------------------------------------------------
