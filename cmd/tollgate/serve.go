@@ -365,7 +365,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
 	api := web.NewAPI(web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win})
+		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter)})
 	if len(cfg.API.Tokens) == 0 {
 		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
 	}

@@ -87,6 +87,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	up := startSimServer(t, sim.Config{DecodeBase: 2 * time.Millisecond})
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tollgate.yml")
+	// Without auth keys a caller's user is "key-" and its key's hash prefix.
+	aliceID := "key-" + config.HashKey("key-alice")[:12]
 	yml := fmt.Sprintf(`listen: 127.0.0.1:0
 store: {sqlite: {path: %s}}
 upstreams:
@@ -96,7 +98,10 @@ prices:
   - {model: "Qwen*", currency: USD, input: 0.5, output: 2}
 otlp: {http_listen: "", grpc_listen: ""}
 engine_metrics: {interval: 0s}
-`, filepath.Join(dir, "ui.db"), up)
+quotas:
+  users:
+    %s: {daily_tokens: 1000000}
+`, filepath.Join(dir, "ui.db"), up, aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +331,31 @@ engine_metrics: {interval: 0s}
 	if n := eval(`document.querySelectorAll('[data-testid=report-waste] table, [data-testid=report-waste] .placeholder').length`); n != 1 {
 		t.Errorf("Cost shows no waste report (%d tables or placeholders)", n)
 	}
+
+	// Budget burn: alice's daily-token quota, with the used figure of /api/v1/quotas.
+	var qs struct {
+		Quotas []struct {
+			Scope, Limit string
+			Used, Quota  int64
+		}
+	}
+	getJSON(t, base+"/api/v1/quotas", &qs)
+	var aliceUsed int64 = -1
+	for _, q := range qs.Quotas {
+		if q.Scope == "user:"+aliceID && q.Limit == "daily_tokens" {
+			aliceUsed = q.Used
+		}
+	}
+	if aliceUsed <= 0 {
+		t.Errorf("/api/v1/quotas has no usage for user:%s: %+v", aliceID, qs.Quotas)
+	}
+	if got := textOf(`[data-testid=budget] tr[data-scope="user:` + aliceID + `"][data-limit=daily_tokens] [data-testid=burn-used]`); got != strconv.FormatInt(aliceUsed, 10) {
+		t.Errorf("budget burn shows %q tokens used by alice, /api/v1/quotas %d", got, aliceUsed)
+	}
+	if n := eval(`document.querySelectorAll('[data-testid=budget] tbody tr').length`); n != len(qs.Quotas) {
+		t.Errorf("budget burn shows %d rows, /api/v1/quotas %d", n, len(qs.Quotas))
+	}
+	checkClean("Cost, budget burn")
 
 	// Overview: the request count is the API's, for the period the page asked for.
 	str := func(expr string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/notify"
+	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
@@ -44,6 +45,9 @@ type Options struct {
 	// leaves /api/v1/percentiles answering 404 and the overview without
 	// latency percentiles.
 	Windows Windows
+	// Quotas reports today's daily-quota usage; nil when no quota is
+	// configured (GET /api/v1/quotas then answers an empty list).
+	Quotas quota.UsageReader
 }
 
 // API is the /api/v1/ handler.
@@ -79,6 +83,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/percentiles", a.read(a.percentiles))
 	a.mux.HandleFunc("GET /api/v1/overview", a.read(a.overview))
 	a.mux.HandleFunc("GET /api/v1/diagnose", a.read(a.diagnose))
+	a.mux.HandleFunc("GET /api/v1/quotas", a.read(a.quotas))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -344,4 +349,16 @@ func (a *API) listAlerts(w http.ResponseWriter, r *http.Request) {
 		out["notifiers"] = a.o.Notifiers()
 	}
 	writeJSON(w, out)
+}
+
+// quotas: GET /api/v1/quotas — every scope with a daily limit, today's
+// usage against it (budget burn).
+func (a *API) quotas(w http.ResponseWriter, r *http.Request) {
+	list := []quota.ScopeUsage{}
+	if a.o.Quotas != nil {
+		if us := a.o.Quotas.Usage(a.o.Now()); us != nil {
+			list = us
+		}
+	}
+	writeJSON(w, map[string]any{"quotas": list})
 }

@@ -386,6 +386,38 @@
     }));
     return table(cols, res.rows);
   }
+  // budgetBody renders GET /api/v1/quotas: per scope and daily limit, the
+  // day's usage against the quota, highlighted from the warning level on.
+  function burnScope(u) {
+    switch (u.kind) {
+      case 'key': return t('budget.kind_key', { name: u.name });
+      case 'user': return t('budget.kind_user', { name: u.name });
+      case 'biz_line': return t('budget.kind_biz_line', { name: u.name });
+      default: return u.scope;
+    }
+  }
+  const burnAmount = (u, v) => (u.limit === 'daily_cost' ? (v / 1e9).toFixed(2) : fmtInt(v));
+  function budgetBody(list) {
+    if (!list.length) return h('p', { class: 'placeholder', 'data-testid': 'budget-empty' }, t('budget.none'));
+    const rows = list.map((u) => {
+      const level = u.share >= 1 ? 'over' : u.share >= (u.warn_at || 0.8) ? 'warn' : 'ok';
+      const width = Math.min(Math.max(u.share, 0), 1) * 100;
+      return h('tr', { 'data-scope': u.scope, 'data-limit': u.limit, class: 'burn-' + level },
+        h('td', {}, burnScope(u), u.default ? h('span', { class: 'muted' }, ' · ' + t('budget.default')) : null),
+        h('td', {}, u.limit === 'daily_cost' ? t('budget.daily_cost') : t('budget.daily_tokens')),
+        h('td', { class: 'num' }, h('span', { 'data-testid': 'burn-used' }, burnAmount(u, u.used)), ' / ', burnAmount(u, u.quota),
+          u.reserved > 0 ? h('span', { class: 'muted' }, ' ' + t('budget.reserved', { n: burnAmount(u, u.reserved) })) : null),
+        h('td', { class: 'burn-cell' }, h('div', { class: 'burn-track' }, h('div', { class: 'burn-bar', style: `width:${width.toFixed(1)}%` }))),
+        h('td', { class: 'num', 'data-testid': 'burn-share' }, fmtPct(u.share) + ' %'));
+    });
+    const d = list[0];
+    return h('div', {},
+      h('p', { class: 'hint' }, t('budget.day', { from: fmtTime(d.day_start).slice(0, 16), to: fmtTime(d.day_end).slice(0, 16) })),
+      h('table', { 'data-testid': 'budget-table' },
+        h('thead', {}, h('tr', {}, h('th', {}, t('budget.scope')), h('th', {}, t('budget.limit')), h('th', { class: 'num' }, t('budget.used_quota')),
+          h('th', {}, t('budget.burn')), h('th', { class: 'num' }, t('budget.share')))),
+        h('tbody', {}, rows)));
+  }
   async function pageCost(main, params) {
     const from = params.get('from') || '', to = params.get('to') || '';
     const form = h('form', { class: 'filters' },
@@ -402,6 +434,14 @@
       location.hash = href('cost', '', paramsOf(o));
     });
     main.append(h('h1', {}, t('cost.title')), h('div', { class: 'card' }, form, h('p', { class: 'hint' }, t('cost.period_hint'))));
+    const budget = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(h('div', { class: 'card', 'data-testid': 'budget' }, h('h2', {}, t('budget.title')), h('p', { class: 'hint' }, t('budget.hint')), budget));
+    const loadBudget = async () => {
+      try {
+        const res = await api('quotas');
+        budget.replaceChildren(budgetBody(res.quotas || []));
+      } catch (err) { budget.replaceChildren(errorBox(err)); }
+    };
     const q = new URLSearchParams();
     for (const k of ['from', 'to', 'user', 'biz_line', 'model']) if (params.get(k)) q.set(k, params.get(k));
     const sections = [['top', t('cost.top'), t('cost.top_hint')], ['users', t('cost.users'), ''], ['biz', t('cost.biz'), ''], ['waste', t('cost.waste'), t('cost.waste_hint')]];
@@ -410,12 +450,12 @@
       main.append(h('div', { class: 'card', 'data-testid': 'report-' + kind }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, body));
       return [kind, body];
     });
-    await Promise.all(cards.map(async ([kind, body]) => {
+    await Promise.all([loadBudget(), ...cards.map(async ([kind, body]) => {
       try {
         const res = await api('reports/' + kind + '?' + q.toString());
         body.replaceChildren(h('p', { class: 'hint' }, t('cost.period', { from: res.from, to: res.to })), reportTable(res));
       } catch (err) { body.replaceChildren(errorBox(err)); }
-    }));
+    })]);
   }
 
   // ---- Alerts -----------------------------------------------------------

@@ -1,0 +1,163 @@
+package quota
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func findUsage(us []ScopeUsage, scope, limit string) (ScopeUsage, bool) {
+	for _, u := range us {
+		if u.Scope == scope && u.Limit == limit {
+			return u, true
+		}
+	}
+	return ScopeUsage{}, false
+}
+
+func TestUsage(t *testing.T) {
+	clk := newClock(t0)
+	cfg := Config{
+		Users: map[string]Limits{
+			"alice": {DailyTokens: 10_000, DailyCost: "1.00", WarnAt: 0.5},
+			"bob":   {DailyTokens: 5_000},
+			"carol": {RequestsPerMinute: 10}, // no daily limit: not reported
+			"dave":  {},                      // exempt
+		},
+		Default: Defaults{BizLine: Limits{DailyTokens: 100_000}},
+	}
+	l, _ := newLocal(t, cfg, clk, nil)
+
+	us := l.Usage(clk.Now())
+	if len(us) != 3 {
+		t.Fatalf("before any request: %+v, want alice×2 and bob (nothing seen under defaults)", us)
+	}
+	a, _ := findUsage(us, "user:alice", LimitDailyTokens)
+	if a.Used != 0 || a.Quota != 10_000 || a.Share != 0 || a.WarnAt != 0.5 || a.Default ||
+		!a.DayStart.Equal(time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)) || !a.DayEnd.Equal(time.Date(2026, 3, 11, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("alice before any request: %+v", a)
+	}
+
+	r := alice(1000, 1000)
+	r.EstCostNanos = 100_000_000
+	_, tk := admit(t, l, r)
+	us = l.Usage(clk.Now())
+	a, _ = findUsage(us, "user:alice", LimitDailyTokens)
+	if a.Used != 0 || a.Reserved != 2000 || a.Share != 0.2 {
+		t.Errorf("alice in flight: %+v", a)
+	}
+	tk.Commit(1500, 250_000_000)
+	us = l.Usage(clk.Now())
+	a, _ = findUsage(us, "user:alice", LimitDailyTokens)
+	c, _ := findUsage(us, "user:alice", LimitDailyCost)
+	biz, ok := findUsage(us, "biz_line:search", LimitDailyTokens)
+	if a.Used != 1500 || a.Reserved != 0 || a.Share != 0.15 {
+		t.Errorf("alice tokens after commit: %+v", a)
+	}
+	if c.Used != 250_000_000 || c.Quota != 1_000_000_000 || c.Share != 0.25 {
+		t.Errorf("alice cost after commit: %+v", c)
+	}
+	if !ok || !biz.Default || biz.Used != 1500 || biz.Quota != 100_000 || biz.WarnAt != DefaultWarnAt {
+		t.Errorf("biz_line search under the default: %+v (found %v)", biz, ok)
+	}
+	var order []string
+	for _, u := range us {
+		order = append(order, u.Scope+" "+u.Limit)
+	}
+	want := []string{"user:alice daily_cost", "user:alice daily_tokens", "user:bob daily_tokens", "biz_line:search daily_tokens"}
+	if len(order) != len(want) {
+		t.Fatalf("order %q, want %q", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("order %q, want %q", order, want)
+		}
+	}
+}
+
+// At midnight in the quota zone the figures start again from zero, even
+// before any request of the new day rolls the scope over, and the day's
+// bounds move with it.
+func TestUsageDayRollover(t *testing.T) {
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock(time.Date(2026, 3, 10, 23, 59, 0, 0, sh))
+	l, _ := newLocal(t, Config{Timezone: "Asia/Shanghai", Users: map[string]Limits{"alice": {DailyTokens: 1000}}}, clk, nil)
+	_, tk := admit(t, l, alice(100, 100))
+	tk.Commit(300, 0)
+	u, _ := findUsage(l.Usage(clk.Now()), "user:alice", LimitDailyTokens)
+	if u.Used != 300 || !u.DayStart.Equal(time.Date(2026, 3, 10, 0, 0, 0, 0, sh)) {
+		t.Fatalf("before midnight: %+v", u)
+	}
+	_, late := admit(t, l, alice(50, 50)) // admitted on the 10th, committed on the 11th
+
+	clk.Add(2 * time.Minute) // 00:01 on the 11th in Shanghai, 16:01 UTC on the 10th
+	u, _ = findUsage(l.Usage(clk.Now()), "user:alice", LimitDailyTokens)
+	if u.Used != 0 || u.Reserved != 0 || u.Share != 0 ||
+		!u.DayStart.Equal(time.Date(2026, 3, 11, 0, 0, 0, 0, sh)) || !u.DayEnd.Equal(time.Date(2026, 3, 12, 0, 0, 0, 0, sh)) {
+		t.Fatalf("after midnight, before any request: %+v", u)
+	}
+	late.Commit(100, 0) // goes with the 10th
+	_, tk = admit(t, l, alice(20, 20))
+	tk.Commit(40, 0)
+	u, _ = findUsage(l.Usage(clk.Now()), "user:alice", LimitDailyTokens)
+	if u.Used != 40 || u.Reserved != 0 {
+		t.Fatalf("the 11th's usage: %+v", u)
+	}
+}
+
+// Usage against Admit, Commit and Cancel on many goroutines: race-free
+// (under -race), and no reading is ever above what was admitted.
+func TestUsageConcurrentWithAdmit(t *testing.T) {
+	clk := newClock(t0)
+	l, _ := newLocal(t, Config{Users: map[string]Limits{"alice": {DailyTokens: 1_000_000}},
+		Default: Defaults{User: Limits{DailyTokens: 1_000_000}}}, clk, nil)
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, u := range l.Usage(clk.Now()) {
+				if u.Used+u.Reserved > admitted.Load()*100 && u.Scope == "user:alice" {
+					t.Errorf("usage %+v above %d admitted", u, admitted.Load())
+					return
+				}
+			}
+		}
+	})
+	hammer(8, 200, func(w int) {
+		r := Request{Subject: Subject{UserID: []string{"alice", "bob", "u" + string(rune('a'+w))}[w%3]}, EstInputTokens: 50, EstOutputTokens: 50}
+		admitted.Add(1)
+		d, tk, err := l.Admit(context.Background(), r)
+		if err != nil || !d.Allowed {
+			t.Errorf("admit: %+v %v", d, err)
+			return
+		}
+		if w%2 == 0 {
+			tk.Commit(80, 0)
+		} else {
+			tk.Cancel()
+		}
+	})
+	close(stop)
+	wg.Wait()
+	var total int64
+	for _, u := range l.Usage(clk.Now()) {
+		if u.Reserved != 0 {
+			t.Errorf("%s still has %d reserved", u.Scope, u.Reserved)
+		}
+		total += u.Used
+	}
+	if want := int64(4*200) * 80; total != want {
+		t.Errorf("committed %d tokens over all scopes, want %d", total, want)
+	}
+}
