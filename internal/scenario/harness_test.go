@@ -523,8 +523,9 @@ func (e *env) quiet() {
 // closed minutes older than the windows' memory come back from it as
 // whole hours for long baselines.
 type minutes struct {
-	mu   sync.Mutex
-	rows []store.WindowMinute
+	mu    sync.Mutex
+	rows  []store.WindowMinute
+	hours []store.WindowHour
 }
 
 func (m *minutes) AddWindowMinutes(_ context.Context, ms []store.WindowMinute) error {
@@ -544,5 +545,25 @@ func (m *minutes) WindowMinutes(_ context.Context, from, to time.Time) ([]store.
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Minute.Before(out[j].Minute) })
+	return out, nil
+}
+
+func (m *minutes) AddWindowHours(_ context.Context, hs []store.WindowHour) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.hours = append(m.hours, hs...)
+	return nil
+}
+
+func (m *minutes) WindowHours(_ context.Context, from, to time.Time) ([]store.WindowHour, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.WindowHour
+	for _, h := range m.hours {
+		if !h.Hour.Before(from) && h.Hour.Before(to) {
+			out = append(out, h)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Hour.Before(out[j].Hour) })
 	return out, nil
 }

@@ -308,6 +308,21 @@ type Analytics interface {
 	// readers add them up.
 	AddWindowMinutes(ctx context.Context, ms []WindowMinute) error
 	WindowMinutes(ctx context.Context, from, to time.Time) ([]WindowMinute, error)
+	// AddWindowHours appends closed hours of the alerting windows, each
+	// the merge of one writer's 60 minutes of a series (written only once
+	// all of them were flushed); WindowHours reads those of [from, to)
+	// back. Appended like minutes: readers add up the rows of an hour and
+	// fall back to its minutes when it has none. Pruned by Retention.Hour.
+	AddWindowHours(ctx context.Context, hs []WindowHour) error
+	WindowHours(ctx context.Context, from, to time.Time) ([]WindowHour, error)
+}
+
+// WindowHour is one closed hour of one series of the alerting windows:
+// the merge of that series' minutes of the hour, encoded like them.
+type WindowHour struct {
+	Hour                               time.Time // UTC, on the hour
+	Model, BizLine, Upstream, Template string
+	Data                               []byte
 }
 
 // WindowMinute is one minute of one series of the alerting windows

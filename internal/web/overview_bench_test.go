@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
-	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite/bench"
 	"github.com/tollgate-dev/tollgate/internal/window"
@@ -56,7 +55,7 @@ func BenchmarkOverview(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("built %d rows in %s, %d window minutes; total %s", st.Rows, st.Total.Round(time.Second), n, time.Since(t0).Round(time.Second))
+		b.Logf("built %d rows in %s, %d requests in the windows; total %s", st.Rows, st.Total.Round(time.Second), n, time.Since(t0).Round(time.Second))
 		if err := os.WriteFile(path+".done", nil, 0o644); err != nil {
 			b.Fatal(err)
 		}
@@ -109,41 +108,28 @@ func BenchmarkOverview(b *testing.B) {
 	})
 }
 
-// storeWindowMinutes feeds the ledger's requests, regenerated, to the
-// alerting windows' per-minute stats and stores them as the aggregator
-// would.
+// storeWindowMinutes feeds the ledger's requests, regenerated, to an
+// alerting-window aggregator that persists its minutes, and its closed
+// hours, as it does in serve. It returns how many requests it fed.
 func storeWindowMinutes(ctx context.Context, path string, cfg bench.Config) (int, error) {
 	s, err := sqlite.Open(ctx, path, nil, sqlite.WithLocation(bench.Loc))
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
+	start := cfg.Start
+	if start.IsZero() {
+		start = time.Date(2026, 11, 1, 0, 0, 0, 0, bench.Loc)
+	}
+	// Requests last at most minutes: a grace of 10 lets none be late.
+	const grace = 10 * time.Minute
+	// A batch spans hours of requests: memory keeps a day, so none is
+	// forgotten before it is persisted.
+	agg := window.New(window.Config{Grace: grace, Keep: 24 * time.Hour, From: start}, s, nil, nil)
 	g := bench.New(cfg)
 	buf := make([]record.Record, 4096)
-	open := map[int64]map[window.Key]*window.Stats{}
-	var rows []store.WindowMinute
 	total := 0
-	flush := func(before int64) error {
-		for m, series := range open {
-			if m >= before {
-				continue
-			}
-			for k, st := range series {
-				data, _ := st.MarshalBinary()
-				rows = append(rows, store.WindowMinute{Minute: time.Unix(m, 0).UTC(), Model: k.Model, BizLine: k.BizLine, Upstream: k.Upstream, Template: k.Template, Data: data})
-			}
-			delete(open, m)
-		}
-		if len(rows) >= 5000 || before == 1<<62 {
-			total += len(rows)
-			if err := s.AddWindowMinutes(ctx, rows); err != nil {
-				return err
-			}
-			rows = rows[:0]
-		}
-		return nil
-	}
-	var last int64
+	var last time.Time
 	for {
 		n := g.Next(buf)
 		if n == 0 {
@@ -152,23 +138,14 @@ func storeWindowMinutes(ctx context.Context, path string, cfg bench.Config) (int
 		for i := range buf[:n] {
 			r := &buf[i]
 			r.Finish()
-			m := window.Minute(r.Arrival.Add(r.Derived.E2E)).Unix()
-			k := window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
-			if open[m] == nil {
-				open[m] = map[window.Key]*window.Stats{}
+			agg.Add(r)
+			if r.Arrival.After(last) {
+				last = r.Arrival
 			}
-			st := open[m][k]
-			if st == nil {
-				st = &window.Stats{}
-				open[m][k] = st
-			}
-			st.Add(r)
-			last = max(last, window.Minute(r.Arrival).Unix())
 		}
-		// Requests last at most minutes: older minutes are closed.
-		if err := flush(last - 600); err != nil {
-			return total, err
-		}
+		total += n
+		agg.Flush(ctx, last)
 	}
-	return total, flush(1 << 62)
+	agg.Flush(ctx, last.Add(grace+time.Hour))
+	return total, ctx.Err()
 }

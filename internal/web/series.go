@@ -491,32 +491,27 @@ func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string,
 	if ok {
 		return hg, nil
 	}
-	rows, err := st.WindowMinutes(ctx, h, h.Add(time.Hour))
+	// The hour's merged rows when written, else its minutes.
+	series, err := window.ReadHour(ctx, st, h)
 	if err != nil {
 		return nil, err
 	}
 	groups := map[string]*hourGroup{}
-	for _, row := range rows {
-		k := window.Key{Model: row.Model, BizLine: row.BizLine, Upstream: row.Upstream, Template: row.Template}
+	for k, s := range series {
 		if !matches(k, where) {
-			continue
-		}
-		var s window.Stats
-		if err := s.UnmarshalBinary(row.Data); err != nil {
-			log.Warn("skipping an unreadable window minute", "minute", row.Minute, "err", err)
 			continue
 		}
 		gk := window.GroupKey(k, by)
 		g := groups[gk]
 		if g == nil {
-			g = &hourGroup{stats: &s}
+			g = &hourGroup{stats: s}
 			for _, l := range by {
 				setLabel(&g.key, l, k.Label(l))
 			}
 			groups[gk] = g
 			continue
 		}
-		g.stats.Merge(&s)
+		g.stats.Merge(s)
 	}
 	hg = make([]hourGroup, 0, len(groups))
 	for _, g := range groups {

@@ -32,6 +32,11 @@ type seriesFixture struct {
 
 func newSeriesFixture(t *testing.T) *seriesFixture {
 	t.Helper()
+	return newSeriesFixtureWith(t, window.Config{})
+}
+
+func newSeriesFixtureWith(t *testing.T, cfg window.Config) *seriesFixture {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "s.db"), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -53,7 +58,7 @@ func newSeriesFixture(t *testing.T) *seriesFixture {
 	if err := st.Insert(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	win := window.New(window.Config{}, st, nil, nil)
+	win := window.New(cfg, st, nil, nil)
 	for _, r := range recs {
 		win.Add(r)
 	}
@@ -407,6 +412,38 @@ func TestSeriesRoles(t *testing.T) {
 		a.ServeHTTP(rec, req)
 		if rec.Code != http.StatusForbidden {
 			t.Errorf("%s from a remote client without tokens: %d, want 403", p, rec.Code)
+		}
+	}
+}
+
+// TestHourRowsReadLikeMinutes: percentiles and the overview are the same
+// whether the stored hours were persisted merged (the windows saw them
+// whole) or are read from their minutes only.
+func TestHourRowsReadLikeMinutes(t *testing.T) {
+	ctx := context.Background()
+	minutes := newSeriesFixture(t)
+	hours := newSeriesFixtureWith(t, window.Config{From: now.Add(-4 * time.Hour)})
+	if hs, err := minutes.st.WindowHours(ctx, now.Add(-4*time.Hour), now); err != nil || len(hs) != 0 {
+		t.Fatalf("minutes only: %d hour rows, %v", len(hs), err)
+	}
+	hs, err := hours.st.WindowHours(ctx, now.Add(-4*time.Hour), now)
+	if err != nil || len(hs) == 0 {
+		t.Fatalf("with From: %d hour rows, %v; want some", len(hs), err)
+	}
+	span := "from=" + now.Add(-3*time.Hour).Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339)
+	for _, q := range []string{
+		"/api/v1/percentiles?" + span + "&step=1h&by=model",
+		"/api/v1/percentiles?" + span + "&step=1h&quantity=ttft",
+		"/api/v1/percentiles?" + span + "&step=5m",
+		"/api/v1/overview?" + span,
+	} {
+		var a, b any
+		getJSON(t, minutes.server(t, Options{Windows: minutes.win}).URL+q, &a)
+		getJSON(t, hours.server(t, Options{Windows: hours.win}).URL+q, &b)
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if string(ja) != string(jb) {
+			t.Errorf("%s:\nfrom minutes %s\nfrom hours   %s", q, ja, jb)
 		}
 	}
 }

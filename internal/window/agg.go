@@ -16,6 +16,8 @@ import (
 type Persister interface {
 	AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) error
 	WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error)
+	AddWindowHours(ctx context.Context, hs []store.WindowHour) error
+	WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error)
 }
 
 // Config tunes an Aggregator.
@@ -31,6 +33,11 @@ type Config struct {
 	// (default 8192); beyond it they are dropped from the windows (never
 	// from the ledger) and counted.
 	Queue int
+	// From is when this aggregator started seeing every finished request
+	// (default: its first Load or Flush). Only hours starting at or after
+	// it are persisted merged as well: of an earlier hour this process
+	// holds part only.
+	From time.Time
 }
 
 // Aggregator sums finished requests into per-minute Stats.
@@ -44,6 +51,8 @@ type Aggregator struct {
 	mu      sync.Mutex
 	minutes map[int64]map[Key]*Stats // UTC minute (Unix s) → series → sums
 	flushed map[int64]bool           // minutes persisted (or loaded from the store)
+	from    int64                    // Unix s: Config.From, or the first Load or Flush
+	hourly  map[int64]bool           // hours persisted merged
 
 	hourMu sync.Mutex
 	hours  map[int64]map[Key]*Stats // closed hours read back from the store
@@ -71,7 +80,11 @@ func New(cfg Config, p Persister, log *slog.Logger, reg prometheus.Registerer) *
 		}),
 		minutes: map[int64]map[Key]*Stats{},
 		flushed: map[int64]bool{},
+		hourly:  map[int64]bool{},
 		hours:   map[int64]map[Key]*Stats{},
+	}
+	if !cfg.From.IsZero() {
+		a.from = cfg.From.Unix()
 	}
 	if reg != nil {
 		reg.MustRegister(a.drop)
@@ -127,6 +140,9 @@ func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.from == 0 {
+		a.from = now.Unix()
+	}
 	for _, r := range rows {
 		var s Stats
 		if err := s.UnmarshalBinary(r.Data); err != nil {
@@ -181,21 +197,23 @@ func (a *Aggregator) Run(ctx context.Context) {
 }
 
 // Flush persists the minutes closed for longer than Grace at now and
-// forgets minutes older than Keep.
+// forgets minutes older than Keep. Once every minute of an hour this
+// aggregator saw whole (see Config.From) is persisted, the hour is
+// persisted merged too, one row per series: a request arriving later
+// counts in a later minute, so the hour no longer changes.
 func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 	cut := Minute(now.Add(-a.cfg.Grace)).Unix() - 60 // the last minute that is closed
 	old := now.Add(-a.cfg.Keep).Unix()
 	var rows []store.WindowMinute
+	var hrows []store.WindowHour
 	var done []int64
 	a.mu.Lock()
+	if a.from == 0 {
+		a.from = now.Unix()
+	}
 	for m, series := range a.minutes {
-		if m < old {
-			delete(a.minutes, m)
-			delete(a.flushed, m)
-			continue
-		}
-		if m > cut || a.flushed[m] {
-			continue
+		if m < old || m > cut || a.flushed[m] {
+			continue // too old to persist (as before), open, or persisted
 		}
 		for k, s := range series {
 			b, _ := s.MarshalBinary()
@@ -207,14 +225,65 @@ func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 	for _, m := range done {
 		a.flushed[m] = true // closed: a late request now counts in a later minute
 	}
+	// Hours closed whole: from the first hour seen whole and still in
+	// memory, up to the last one whose minutes are all closed.
+	first := max(ceilHour(a.from), ceilHour(old))
+	for h := first; h+3600-60 <= cut; h += 3600 {
+		if a.hourly[h] {
+			continue
+		}
+		merged := map[Key]*Stats{}
+		for m := h; m < h+3600; m += 60 {
+			for k, s := range a.minutes[m] {
+				if t := merged[k]; t != nil {
+					t.Merge(s)
+				} else {
+					c := &Stats{}
+					c.Merge(s)
+					merged[k] = c
+				}
+			}
+		}
+		for k, s := range merged {
+			b, _ := s.MarshalBinary()
+			hrows = append(hrows, store.WindowHour{Hour: time.Unix(h, 0).UTC(), Model: k.Model, BizLine: k.BizLine,
+				Upstream: k.Upstream, Template: k.Template, Data: b})
+		}
+		a.hourly[h] = true
+	}
+	for m := range a.minutes {
+		if m < old {
+			delete(a.minutes, m)
+			delete(a.flushed, m)
+		}
+	}
+	for h := range a.hourly {
+		if h+3600 < old {
+			delete(a.hourly, h)
+		}
+	}
 	a.mu.Unlock()
-	if a.p == nil || len(rows) == 0 {
+	if a.p == nil {
 		return
 	}
-	if err := a.p.AddWindowMinutes(ctx, rows); err != nil {
-		// The windows in memory stay right; only a restart would miss them.
-		a.log.Error("could not persist window minutes", "minutes", len(done), "err", err)
+	if len(rows) > 0 {
+		if err := a.p.AddWindowMinutes(ctx, rows); err != nil {
+			// The windows in memory stay right; only a restart would miss them.
+			a.log.Error("could not persist window minutes", "minutes", len(done), "err", err)
+			return // no hour without its minutes
+		}
 	}
+	if len(hrows) > 0 {
+		if err := a.p.AddWindowHours(ctx, hrows); err != nil {
+			// Readers fall back to the hour's minutes.
+			a.log.Error("could not persist window hours", "rows", len(hrows), "err", err)
+		}
+	}
+}
+
+// ceilHour is the first UTC hour (Unix s) starting at or after t.
+func ceilHour(t int64) int64 {
+	return (t + 3599) / 3600 * 3600
 }
 
 // Selector picks series by label values; empty matches all.
@@ -293,21 +362,9 @@ func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []s
 	if !ok {
 		series = map[Key]*Stats{}
 		if a.p != nil {
-			rows, err := a.p.WindowMinutes(ctx, h, h.Add(time.Hour))
-			if err != nil {
+			var err error
+			if series, err = ReadHour(ctx, a.p, h); err != nil {
 				return nil, err
-			}
-			for _, r := range rows {
-				var s Stats
-				if err := s.UnmarshalBinary(r.Data); err != nil {
-					continue
-				}
-				k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}
-				if old := series[k]; old != nil {
-					old.Merge(&s)
-				} else {
-					series[k] = &s
-				}
 			}
 		}
 		a.hourMu.Lock()
@@ -324,4 +381,47 @@ func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []s
 		}
 	}
 	return out, nil
+}
+
+// HourReader is what ReadHour reads from: the store.
+type HourReader interface {
+	WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error)
+	WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error)
+}
+
+// ReadHour merges the stored series of the closed UTC hour [h, h+1h):
+// from its hour rows when it has any, else from its minutes (an hour no
+// writer saw whole, or written before hours were). Unreadable rows are
+// skipped.
+func ReadHour(ctx context.Context, st HourReader, h time.Time) (map[Key]*Stats, error) {
+	series := map[Key]*Stats{}
+	add := func(k Key, data []byte) {
+		var s Stats
+		if err := s.UnmarshalBinary(data); err != nil {
+			return
+		}
+		if old := series[k]; old != nil {
+			old.Merge(&s)
+		} else {
+			series[k] = &s
+		}
+	}
+	hrs, err := st.WindowHours(ctx, h, h.Add(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	if len(hrs) > 0 {
+		for _, r := range hrs {
+			add(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
+		}
+		return series, nil
+	}
+	rows, err := st.WindowMinutes(ctx, h, h.Add(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		add(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
+	}
+	return series, nil
 }

@@ -804,6 +804,7 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Events, "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT 5000)", ns},
 		{r.Engine, "DELETE FROM engine_samples WHERE rowid IN (SELECT rowid FROM engine_samples WHERE at < ? LIMIT 5000)", ns},
 		{r.Minute, "DELETE FROM window_minute WHERE rowid IN (SELECT rowid FROM window_minute WHERE minute < ? LIMIT 5000)", sec},
+		{r.Hour, "DELETE FROM window_hour WHERE rowid IN (SELECT rowid FROM window_hour WHERE hour < ? LIMIT 5000)", sec},
 	}
 	var total int64
 	// Most prompts are sent once: prompt_day would otherwise hold nearly a
@@ -988,6 +989,46 @@ func (s *Store) WindowMinutes(ctx context.Context, from, to time.Time) ([]store.
 		}
 		m.Minute = time.Unix(at, 0).UTC()
 		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// AddWindowHours appends hours in one transaction.
+func (s *Store) AddWindowHours(ctx context.Context, hs []store.WindowHour) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("window hours: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, h := range hs {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO window_hour (hour, model, biz_line, upstream, template, data) VALUES (?, ?, ?, ?, ?, ?)",
+			h.Hour.Unix(), h.Model, h.BizLine, h.Upstream, h.Template, h.Data); err != nil {
+			return fmt.Errorf("window hours: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// WindowHours reads the hours of [from, to), oldest first.
+func (s *Store) WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT hour, model, biz_line, upstream, template, data FROM window_hour WHERE hour >= ? AND hour < ? ORDER BY hour, rowid",
+		from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("window hours: %w", err)
+	}
+	defer rows.Close()
+	var out []store.WindowHour
+	for rows.Next() {
+		var h store.WindowHour
+		var at int64
+		if err := rows.Scan(&at, &h.Model, &h.BizLine, &h.Upstream, &h.Template, &h.Data); err != nil {
+			return nil, fmt.Errorf("window hours: %w", err)
+		}
+		h.Hour = time.Unix(at, 0).UTC()
+		out = append(out, h)
 	}
 	return out, rows.Err()
 }

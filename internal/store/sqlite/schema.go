@@ -129,6 +129,16 @@ var migrations = []string{
 		data     BLOB NOT NULL
 	) STRICT;
 	CREATE INDEX window_minute_at ON window_minute (minute);`,
+	// 8: the alerting windows' closed hours, merged from their minutes.
+	`CREATE TABLE window_hour (
+		hour     INTEGER NOT NULL,
+		model    TEXT NOT NULL,
+		biz_line TEXT NOT NULL,
+		upstream TEXT NOT NULL,
+		template TEXT NOT NULL,
+		data     BLOB NOT NULL
+	) STRICT;
+	CREATE INDEX window_hour_at ON window_hour (hour);`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

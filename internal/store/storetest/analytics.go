@@ -43,6 +43,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"SetEngineTiming", testSetEngineTiming},
 		{"EngineSamples", testEngineSamples},
 		{"WindowMinutes", testWindowMinutes},
+		{"WindowHours", testWindowHours},
 		{"ReportByMinute", testReportByMinute},
 	})
 }
@@ -608,6 +609,48 @@ func testWindowMinutes(t *testing.T, s AnalyticsStore) {
 	}
 	if len(got) != 1 || got[0].Model != "m2" {
 		t.Errorf("after pruning to 30 minutes: %+v, want only the minute at 90", got)
+	}
+}
+
+// testWindowHours: hours come back byte for byte, in [from, to), an hour
+// written twice (two replicas) twice; Retention.Hour drops old ones and
+// Retention.Minute does not.
+func testWindowHours(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	at := func(h int) time.Time { return day0.Add(time.Duration(h) * time.Hour) }
+	in := []store.WindowHour{
+		{Hour: at(0), Model: "m", BizLine: "b", Upstream: "u", Template: "t", Data: []byte{1, 0, 255}},
+		{Hour: at(1), Model: "m", Data: []byte{2}},
+		{Hour: at(1), Model: "m", Data: []byte{3}}, // another replica's
+		{Hour: at(30), Model: "m2", Data: []byte{4}},
+	}
+	if err := s.AddWindowHours(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.WindowHours(ctx, at(0), at(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(in[:3], got, cmpopts.SortSlices(func(a, b store.WindowHour) bool {
+		return a.Hour.Before(b.Hour) || a.Hour.Equal(b.Hour) && string(a.Data) < string(b.Data)
+	})); diff != "" {
+		t.Errorf("WindowHours [0, 2) (-want +got):\n%s", diff)
+	}
+	if _, err := s.Prune(ctx, at(30), store.Retention{Minute: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.WindowHours(ctx, at(0), at(31)); err != nil || len(got) != 4 {
+		t.Errorf("after pruning minutes: %d hours (%v), want 4", len(got), err)
+	}
+	if _, err := s.Prune(ctx, at(30), store.Retention{Hour: 10 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.WindowHours(ctx, at(0), at(31))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Model != "m2" {
+		t.Errorf("after pruning to 10 hours: %+v, want only the hour at 30", got)
 	}
 }
 
