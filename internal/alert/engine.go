@@ -401,13 +401,7 @@ func (e *Engine) window(ctx context.Context, now, from, to time.Time, sel window
 		if err != nil {
 			return nil, 0, err
 		}
-		for gk, g := range hg {
-			if o := out[gk]; o != nil {
-				o.Stats.Merge(&g.Stats)
-			} else {
-				out[gk] = g
-			}
-		}
+		mergeGroups(out, hg)
 	}
 	end := window.Minute(to)
 	if !to.After(memStart) {
@@ -417,6 +411,17 @@ func (e *Engine) window(ctx context.Context, now, from, to time.Time, sel window
 		}
 	}
 	return out, end.Sub(start), nil
+}
+
+// mergeGroups adds the groups of from into into, by group key.
+func mergeGroups(into, from map[string]*window.Group) {
+	for gk, g := range from {
+		if o := into[gk]; o != nil {
+			o.Stats.Merge(&g.Stats)
+		} else {
+			into[gk] = g
+		}
+	}
 }
 
 // baseline reads the earlier window a baseline rule compares with — the
@@ -438,13 +443,7 @@ func (e *Engine) baseline(ctx context.Context, r Rule, now time.Time, w time.Dur
 		if err != nil {
 			return nil, 0, err
 		}
-		for gk, g := range hg {
-			if o := out[gk]; o != nil {
-				o.Stats.Merge(&g.Stats)
-			} else {
-				out[gk] = g
-			}
-		}
+		mergeGroups(out, hg)
 	}
 	return out, time.Duration(b.SameHourDays) * time.Hour, nil
 }

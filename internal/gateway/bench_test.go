@@ -106,17 +106,7 @@ func BenchmarkProxy(b *testing.B) {
 	tg := newTestGateway(b, cfg)
 	// A real deployment hands Records to the store's Writer; here they are
 	// dropped after Finish so the benchmark measures the proxy path alone.
-	drain := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-tg.Records:
-			case <-drain:
-				return
-			}
-		}
-	}()
-	b.Cleanup(func() { close(drain) })
+	tg.discardRecords(b)
 
 	for _, arm := range []struct {
 		name, url string
@@ -137,4 +127,20 @@ func BenchmarkFinish(b *testing.B) {
 	for b.Loop() {
 		g.finish(r)
 	}
+}
+
+// discardRecords drops the gateway's Records as they come, until the
+// benchmark ends, so it measures the proxy path alone.
+func (tg *testGateway) discardRecords(tb testing.TB) {
+	drain := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-tg.Records:
+			case <-drain:
+				return
+			}
+		}
+	}()
+	tb.Cleanup(func() { close(drain) })
 }

@@ -254,17 +254,7 @@ func BenchmarkProxyBounded(b *testing.B) {
 		cfg.Auth.Keys = []config.Key{{Name: "k", Key: "sk-k", UserID: "u", BizLine: "search"}}
 		cfg.Admission.Priorities.BizLines = map[string]int{"search": 5}
 		tg := newTestGateway(b, cfg)
-		drain := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case <-tg.Records:
-				case <-drain:
-					return
-				}
-			}
-		}()
-		b.Cleanup(func() { close(drain) })
+		tg.discardRecords(b)
 		name := "json/unbounded"
 		if bounded {
 			name = "json/bounded"
