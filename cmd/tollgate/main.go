@@ -97,6 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
 	case "alerts":
 		return runAlerts(ctx, rest, stdout, stderr)
+	case "bench":
+		if len(rest) > 0 && rest[0] == "overhead" {
+			return runBenchOverhead(ctx, rest[1:], stdout, stderr)
+		}
+		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
 		return nil
