@@ -37,7 +37,8 @@ import (
 
 // newLimiter builds the in-process quota limiter, or nil when no quota is
 // configured. Today's usage per scope is read from the ledger's rollups the
-// first time a scope is seen each day, so a restart does not reset quotas.
+// first time a scope is seen each day, so a restart does not reset quotas
+// (and preloadQuotas reads it for every configured scope at start).
 func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
@@ -79,6 +80,41 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 		return nil, err
 	}
 	return l, nil
+}
+
+// quotaDaySeed reads today's usage of every subject of a kind from the
+// ledger's rollups in one query, for quota.Local.Preload.
+func quotaDaySeed(a store.Analytics) quota.DaySeedFunc {
+	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
+	return func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {
+		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), GroupBy: []store.Dim{dims[k]},
+			Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}})
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]quota.Used, len(rows))
+		for _, r := range rows {
+			u := out[r.Keys[0]]
+			u.Tokens += r.Input + r.Output
+			u.CostNanos += r.CostNanos
+			out[r.Keys[0]] = u
+		}
+		return out, nil
+	}
+}
+
+// preloadQuotas loads today's usage of every configured daily quota in the
+// background, so that the budget-burn view is right after a restart before
+// each scope's first request. Requests do not wait for it: one whose scope
+// is not loaded yet seeds that scope itself, as without a preload.
+func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Analytics, log *slog.Logger) {
+	ql, ok := l.(*quota.Local)
+	if !ok {
+		return
+	}
+	if err := ql.Preload(ctx, quotaDaySeed(a)); err != nil && ctx.Err() == nil {
+		log.Warn("could not load today's quota usage at start; each scope loads it at its first request", "err", err)
+	}
 }
 
 // allocateGPU spreads each closed hour's GPU cost over its requests, a
@@ -375,6 +411,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
 	}
+	go preloadQuotas(pruneCtx, limiter, st, log.With("component", "quota"))
 	if cfg.EngineMetrics.Interval > 0 {
 		go scrapeEngines(pruneCtx, cfg, st, log.With("component", "scrape"), reg)
 	}

@@ -2,6 +2,9 @@ package quota
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -47,9 +50,10 @@ func Reader(l Limiter) UsageReader {
 // Usage reports, for every scope with a daily limit, the usage of the
 // quota day containing now: every subject listed by name (zero when it
 // has not been seen today) and every subject under a default limit that
-// this process has seen. It is this process's view: usage is what the
-// limiter counted (the ledger's seed included once the scope has been
-// admitted today); Usage itself does no I/O. Each scope's lock is taken
+// this process has seen or Preload found in the ledger. It is this
+// process's view: usage is what the limiter counted (the ledger's seed
+// included once the scope has been admitted today or preloaded); Usage
+// itself does no I/O. Each scope's lock is taken
 // briefly, one at a time, so the figures of different scopes may be a few
 // requests apart. Sorted by kind, name, then limit.
 func (l *Local) Usage(now time.Time) []ScopeUsage {
@@ -116,4 +120,87 @@ func kindOrder(k string) int {
 		return 1
 	}
 	return 2
+}
+
+// Used is one subject's usage recorded in the ledger on a quota day.
+type Used struct{ Tokens, CostNanos int64 }
+
+// DaySeedFunc loads the usage recorded on the quota day that starts at
+// day by every subject of kind k that has any, by name: SeedFunc for all
+// the subjects of a kind at once.
+type DaySeedFunc func(ctx context.Context, k Kind, day time.Time) (map[string]Used, error)
+
+// Preload loads today's recorded usage of every scope with a daily limit
+// that has not been seeded yet: every subject listed by name, and every
+// subject under a default daily limit that has usage in the ledger today.
+// Without it a restart shows such a scope at zero in Usage until its first
+// request of the day seeds it, although admission was never wrong (Admit
+// seeds before it decides).
+//
+// It is meant to run in the background at start. It reads the ledger with
+// one query per kind and holds no lock while it does; it then installs each
+// scope's figure under that scope's lock, briefly, so requests never wait
+// for its I/O. A scope a request seeded first keeps that seed, read no
+// earlier than Preload's: no usage can be counted twice or lost, because no
+// request of a scope is admitted before the scope is seeded one way or the
+// other. Preload needs the limiter to have a SeedFunc (with none, requests
+// are admitted from zero and a later preload would overwrite their usage).
+func (l *Local) Preload(ctx context.Context, all DaySeedFunc) error {
+	if l.seed == nil {
+		return errors.New("quota preload: the limiter has no seed function")
+	}
+	now := l.now()
+	d := l.cal.at(now)
+	var errs []error
+	for kind := range Kind(numKinds) {
+		// named and def are fixed by NewLocal: no lock to read them.
+		named, def := l.named[kind], l.def[kind]
+		useDef := def != nil && def.daily()
+		want := useDef
+		for _, lim := range named {
+			want = want || (lim != nil && lim.daily())
+		}
+		if !want {
+			continue
+		}
+		used, err := all(ctx, kind, d.start)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load %s usage of %s: %w", kind, d.start.Format(time.DateOnly), err))
+			continue
+		}
+		for name, lim := range named {
+			if lim != nil && lim.daily() {
+				l.install(Scope{Kind: kind, Name: name}, lim, now, d, used[name])
+			}
+		}
+		if useDef {
+			for name, u := range used {
+				if _, listed := named[name]; !listed && name != "" {
+					l.install(Scope{Kind: kind, Name: name}, def, now, d, u)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// install makes u the seed of scope s for day d, unless the scope was
+// seeded already (or is being seeded) by a request, or has moved on to a
+// later day.
+func (l *Local) install(s Scope, lim *limits, now time.Time, d *day, u Used) {
+	l.mu.Lock()
+	e := l.entries[s]
+	if e == nil {
+		e = l.newEntry(s, lim, now, d)
+		l.entries[s] = e
+	}
+	l.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead || e.seeding != nil || e.seededDay.Load() >= d.key || e.day > d.key {
+		return
+	}
+	e.roll(d.key)
+	e.seededDay.Store(d.key)
+	e.tokens.used, e.cost.used = max(u.Tokens, 0), max(u.CostNanos, 0)
 }

@@ -2,6 +2,8 @@ package quota
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,5 +161,110 @@ func TestUsageConcurrentWithAdmit(t *testing.T) {
 	}
 	if want := int64(4*200) * 80; total != want {
 		t.Errorf("committed %d tokens over all scopes, want %d", total, want)
+	}
+}
+
+// Preload gives every configured daily quota today's recorded usage before
+// the scope's first request: listed subjects, and subjects under a default
+// limit that have usage in the ledger. A scope a request has seeded keeps
+// that seed, and requests after a preload do not read the ledger again.
+func TestPreload(t *testing.T) {
+	clk := newClock(t0)
+	cfg := Config{
+		Users: map[string]Limits{
+			"alice": {DailyTokens: 10_000, DailyCost: "1.00"},
+			"bob":   {DailyTokens: 5_000},
+			"erin":  {DailyTokens: 5_000},
+			"dave":  {}, // exempt: never loaded
+		},
+		Default: Defaults{BizLine: Limits{DailyTokens: 100_000}},
+	}
+	var seeds atomic.Int64
+	seed := func(_ context.Context, s Scope, day time.Time) (int64, int64, error) {
+		seeds.Add(1)
+		if s == (Scope{Kind: KindUser, Name: "erin"}) {
+			return 40, 0, nil
+		}
+		return 0, 0, nil
+	}
+	l, _ := newLocal(t, cfg, clk, seed)
+
+	// erin sends a request before the preload has read anything: her seed
+	// (40) stands, the preload's figure for her (999) is not used.
+	_, tk := admit(t, l, Request{Subject: Subject{UserID: "erin"}, EstInputTokens: 5, EstOutputTokens: 5})
+	tk.Commit(10, 0)
+
+	var asked []string
+	all := func(_ context.Context, k Kind, day time.Time) (map[string]Used, error) {
+		if !day.Equal(time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)) {
+			t.Errorf("preload asked for the day starting %s", day)
+		}
+		asked = append(asked, k.String())
+		switch k {
+		case KindUser:
+			return map[string]Used{"alice": {Tokens: 700, CostNanos: 300_000_000}, "erin": {Tokens: 999}, "dave": {Tokens: 5}, "zed": {Tokens: 1}}, nil
+		case KindBizLine:
+			return map[string]Used{"search": {Tokens: 1200}, "chat": {Tokens: 80}}, nil
+		}
+		return nil, errors.New("keys were not asked for")
+	}
+	if err := l.Preload(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 2 || asked[0] != "user" || asked[1] != "biz_line" {
+		t.Errorf("preload read kinds %q, want user and biz_line (no key has a daily limit)", asked)
+	}
+	us := l.Usage(clk.Now())
+	want := map[string]int64{
+		"user:alice daily_tokens": 700, "user:alice daily_cost": 300_000_000, "user:bob daily_tokens": 0, "user:erin daily_tokens": 50,
+		"biz_line:search daily_tokens": 1200, "biz_line:chat daily_tokens": 80,
+	}
+	if len(us) != len(want) {
+		t.Errorf("usage after preload: %+v, want %d entries (zed has no limit of his own and users have no default)", us, len(want))
+	}
+	for _, u := range us {
+		w, ok := want[u.Scope+" "+u.Limit]
+		if !ok || u.Used != w {
+			t.Errorf("%s %s: used %d, want %d (listed %v)", u.Scope, u.Limit, u.Used, w, ok)
+		}
+		if u.Kind == "biz_line" && !u.Default {
+			t.Errorf("%s is under the default limit: %+v", u.Scope, u)
+		}
+	}
+
+	// A request after the preload counts on top of it, without a seed.
+	before := seeds.Load()
+	_, tk = admit(t, l, Request{Subject: Subject{UserID: "alice", BizLine: "search"}, EstInputTokens: 50, EstOutputTokens: 50})
+	tk.Commit(100, 0)
+	if n := seeds.Load() - before; n != 0 {
+		t.Errorf("a request after the preload seeded %d scopes again", n)
+	}
+	us = l.Usage(clk.Now())
+	if a, _ := findUsage(us, "user:alice", LimitDailyTokens); a.Used != 800 {
+		t.Errorf("alice after a request: %+v, want 700+100", a)
+	}
+	if b, _ := findUsage(us, "biz_line:search", LimitDailyTokens); b.Used != 1300 {
+		t.Errorf("search after a request: %+v, want 1200+100", b)
+	}
+
+	// A preload on a limiter that does not seed is refused: it would
+	// overwrite what requests admitted from zero have counted.
+	l2, _ := newLocal(t, cfg, clk, nil)
+	if err := l2.Preload(context.Background(), all); err == nil {
+		t.Error("preload without a seed function: no error")
+	}
+	// A failed read is reported; the kinds read load all the same.
+	l3, _ := newLocal(t, cfg, clk, seed)
+	err := l3.Preload(context.Background(), func(ctx context.Context, k Kind, day time.Time) (map[string]Used, error) {
+		if k == KindUser {
+			return nil, errors.New("disk on fire")
+		}
+		return all(ctx, k, day)
+	})
+	if err == nil || !strings.Contains(err.Error(), "load user usage of 2026-03-10: disk on fire") {
+		t.Errorf("preload with a failing read: %v", err)
+	}
+	if b, _ := findUsage(l3.Usage(clk.Now()), "biz_line:search", LimitDailyTokens); b.Used != 1200 {
+		t.Errorf("search after a partly failed preload: %+v", b)
 	}
 }
