@@ -329,6 +329,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	alertCtx, stopAlerts := context.WithCancel(context.Background())
 	var alertsDone sync.WaitGroup
 	alertsDone.Go(func() { win.Run(alertCtx) })
+	// Closed local days of the windows merged, for percentiles over weeks.
+	alertsDone.Go(func() { window.NewCompactor(st, cfg.Location(), log.With("component", "window")).Run(alertCtx, 15*time.Minute) })
 	alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
 	defer func() {
 		stopAlerts()

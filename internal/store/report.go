@@ -315,6 +315,23 @@ type Analytics interface {
 	// fall back to its minutes when it has none. Pruned by Retention.Hour.
 	AddWindowHours(ctx context.Context, hs []WindowHour) error
 	WindowHours(ctx context.Context, from, to time.Time) ([]WindowHour, error)
+	// AddWindowDay writes the closed local day [start, end) of the
+	// alerting windows merged, one row per series, unless that day has
+	// rows already (then it writes nothing and answers false): one
+	// compactor wins, however many replicas try. A day with no traffic
+	// is written as one empty row, so that readers know it is done.
+	// WindowDays reads the rows of the days starting in [from, to).
+	// Pruned by Retention.Day.
+	AddWindowDay(ctx context.Context, start, end time.Time, rows []WindowDay) (bool, error)
+	WindowDays(ctx context.Context, from, to time.Time) ([]WindowDay, error)
+}
+
+// WindowDay is one closed local day of one series of the alerting
+// windows: the merge of its hours, encoded like them.
+type WindowDay struct {
+	Start, End                         time.Time // the day's first instant and the next day's
+	Model, BizLine, Upstream, Template string
+	Data                               []byte
 }
 
 // WindowHour is one closed hour of one series of the alerting windows:

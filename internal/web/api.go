@@ -52,9 +52,9 @@ type Options struct {
 
 // API is the /api/v1/ handler.
 type API struct {
-	o     Options
-	mux   *http.ServeMux
-	hours hourCache // stored window hours, merged
+	o      Options
+	mux    *http.ServeMux
+	merged mergedCache // stored window hours and days, merged
 }
 
 // Roles, weakest first.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math"
 	"net/http"
@@ -392,25 +391,40 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 	}
 	cut := window.Minute(a.o.Now()).Add(-windowMemory)
 	storeEnd := earlier(tl.to, cut)
-	a.prefetchHours(ctx, tl, storeEnd, by, where)
-	for h := tl.from.UTC().Truncate(time.Hour); h.Before(storeEnd); h = h.Add(time.Hour) {
-		lo, hi := later(h, tl.from), earlier(h.Add(time.Hour), storeEnd)
-		i := tl.index(lo)
-		if i < 0 {
+	// Whole local days read merged from their day rows, where compacted;
+	// the rest hour by hour, and minute by minute at the edges.
+	days := a.storedDays(ctx, tl, storeEnd, by, where)
+	a.prefetchHours(ctx, tl, storeEnd, by, where, days)
+	for t := tl.from; t.Before(storeEnd); {
+		if d, ok := days[t.Unix()]; ok {
+			for _, g := range d.groups {
+				add(g.key, tl.index(t), g.stats)
+			}
+			t = d.end
 			continue
 		}
-		if tl.wholeHour(h, storeEnd) {
+		h := t.UTC().Truncate(time.Hour)
+		hi := earlier(h.Add(time.Hour), storeEnd)
+		i := tl.index(t)
+		if i < 0 {
+			t = hi
+			continue
+		}
+		if t.Equal(h) && tl.wholeHour(h, storeEnd) {
 			// A whole closed hour within one step: merged once, kept.
-			hg, err := a.hours.get(ctx, a.o.Store, h, by, where, a.o.Log)
+			hg, err := a.merged.get(ctx, "h", h, by, where, func() (map[window.Key]*window.Stats, error) {
+				return window.ReadHour(ctx, a.o.Store, h)
+			})
 			if err != nil {
 				return nil, err
 			}
 			for _, g := range hg {
 				add(g.key, i, g.stats)
 			}
+			t = hi
 			continue
 		}
-		rows, err := a.o.Store.WindowMinutes(ctx, lo, hi)
+		rows, err := a.o.Store.WindowMinutes(ctx, t, hi)
 		if err != nil {
 			return nil, err
 		}
@@ -430,6 +444,7 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 			}
 			add(k, i, &s)
 		}
+		t = hi
 	}
 	if tl.to.After(cut) {
 		sel := window.Selector(where)
@@ -458,12 +473,12 @@ func matches(k window.Key, where map[string]string) bool {
 	return true
 }
 
-// hourCache keeps closed UTC hours of stored window minutes merged per
-// group (every sketch), by grouping and filter: stored hours do not
-// change, and decoding every minute's sketches is most of the cost of a
-// percentile over days (a dashboard asks for the same hours again and
-// again).
-type hourCache struct {
+// mergedCache keeps closed periods of the stored windows (UTC hours,
+// local days) merged per group (every sketch), by grouping and filter:
+// stored periods do not change, and decoding every row's sketches is most
+// of the cost of a percentile over days (a dashboard asks for the same
+// periods again and again).
+type mergedCache struct {
 	mu sync.Mutex
 	m  map[string][]hourGroup
 }
@@ -473,15 +488,17 @@ type hourGroup struct {
 	stats *window.Stats
 }
 
-// maxCachedHours bounds the cache (a month of hours for a few groupings);
-// it is emptied when full.
-const maxCachedHours = 4000
+// maxCached bounds the cache (a month of hours for a few groupings); it
+// is emptied when full.
+const maxCached = 4000
 
-func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string, where map[string]string, log *slog.Logger) ([]hourGroup, error) {
-	wk := slices.Sorted(maps.Keys(where))
+// get is the period of kind starting at at, grouped by by and filtered by
+// where, from the cache or from load. A nil map from load is "not there
+// yet": answered as nil, and not kept.
+func (c *mergedCache) get(ctx context.Context, kind string, at time.Time, by []string, where map[string]string, load func() (map[window.Key]*window.Stats, error)) ([]hourGroup, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d|%s", h.Unix(), strings.Join(by, ","))
-	for _, l := range wk {
+	fmt.Fprintf(&b, "%s|%d|%s", kind, at.Unix(), strings.Join(by, ","))
+	for _, l := range slices.Sorted(maps.Keys(where)) {
 		fmt.Fprintf(&b, "|%s=%q", l, where[l])
 	}
 	key := b.String()
@@ -491,9 +508,8 @@ func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string,
 	if ok {
 		return hg, nil
 	}
-	// The hour's merged rows when written, else its minutes.
-	series, err := window.ReadHour(ctx, st, h)
-	if err != nil {
+	series, err := load()
+	if err != nil || series == nil {
 		return nil, err
 	}
 	groups := map[string]*hourGroup{}
@@ -518,7 +534,7 @@ func (c *hourCache) get(ctx context.Context, st Store, h time.Time, by []string,
 		hg = append(hg, *g)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedHours {
+	if c.m == nil || len(c.m) >= maxCached {
 		c.m = map[string][]hourGroup{}
 	}
 	c.m[key] = hg
@@ -533,30 +549,122 @@ func (tl *timeline) wholeHour(h, end time.Time) bool {
 	return i >= 0 && !h.Before(tl.from) && !h.Add(time.Hour).After(end) && tl.index(h.Add(time.Hour-time.Minute)) == i
 }
 
-// prefetchHours merges the whole stored hours of tl not yet cached, a
-// few at a time: decoding sketches is CPU-bound, and an overview over a
-// month has hundreds of hours to decode on its first call.
-func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string) {
-	workers := min(runtime.GOMAXPROCS(0), 4)
-	if workers < 2 {
+// storedDay is a compacted local day, merged per group.
+type storedDay struct {
+	end    time.Time
+	groups []hourGroup
+}
+
+// storedDays are the local days lying whole in [tl.from, end) and within
+// one step that the store has compacted (window.Compactor), by their
+// start (Unix s), read a few at a time: a day's rows replace its 24
+// hours'.
+func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string) map[int64]storedDay {
+	loc := a.o.Loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	var starts []time.Time
+	for d := store.FloorDay(tl.from, loc); d.Before(end); d = store.NextDay(d, loc) {
+		e := store.NextDay(d, loc)
+		if i := tl.index(d); i >= 0 && !d.Before(tl.from) && !e.After(end) && tl.index(e.Add(-time.Minute)) == i {
+			starts = append(starts, d)
+		}
+	}
+	out := map[int64]storedDay{}
+	var mu sync.Mutex
+	parallel(ctx, starts, func(d time.Time) {
+		hg, err := a.merged.get(ctx, "d", d, by, where, func() (map[window.Key]*window.Stats, error) {
+			rows, err := a.o.Store.WindowDays(ctx, d, d.Add(time.Second))
+			if err != nil || len(rows) == 0 {
+				return nil, err // not compacted (yet): read by the hour
+			}
+			series := map[window.Key]*window.Stats{}
+			for _, r := range rows {
+				if len(r.Data) == 0 {
+					continue // the marker of a day without traffic
+				}
+				s := &window.Stats{}
+				if err := s.UnmarshalBinary(r.Data); err != nil {
+					a.o.Log.Warn("skipping an unreadable window day", "day", r.Start, "err", err)
+					continue
+				}
+				k := window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}
+				if old := series[k]; old != nil {
+					old.Merge(s)
+				} else {
+					series[k] = s
+				}
+			}
+			return series, nil
+		})
+		if err != nil {
+			a.o.Log.Warn("could not read a compacted window day; reading its hours", "day", d, "err", err)
+			return
+		}
+		if hg != nil {
+			mu.Lock()
+			out[d.Unix()] = storedDay{end: store.NextDay(d, loc), groups: hg}
+			mu.Unlock()
+		}
+	})
+	return out
+}
+
+// prefetchHours merges the whole stored hours of tl not yet cached and
+// not within a compacted day, a few at a time: decoding sketches is
+// CPU-bound, and a range of days has hundreds of hours to decode on its
+// first call.
+func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, days map[int64]storedDay) {
+	var hours []time.Time
+	for t := tl.from; t.Before(end); {
+		if d, ok := days[t.Unix()]; ok {
+			t = d.end
+			continue
+		}
+		h := t.UTC().Truncate(time.Hour)
+		if t.Equal(h) && tl.wholeHour(h, end) {
+			hours = append(hours, h)
+		}
+		t = h.Add(time.Hour)
+	}
+	parallel(ctx, hours, func(h time.Time) {
+		// Errors are met again, and returned, by the caller's read.
+		_, _ = a.merged.get(ctx, "h", h, by, where, func() (map[window.Key]*window.Stats, error) {
+			return window.ReadHour(ctx, a.o.Store, h)
+		})
+	})
+}
+
+// parallel calls f for every item on a few goroutines (one per CPU, up to
+// 4), until ctx ends.
+func parallel[T any](ctx context.Context, items []T, f func(T)) {
+	workers := min(runtime.GOMAXPROCS(0), 4, len(items))
+	if workers <= 1 {
+		for _, it := range items {
+			if ctx.Err() != nil {
+				return
+			}
+			f(it)
+		}
 		return
 	}
-	hours := make(chan time.Time)
+	ch := make(chan T)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for h := range hours {
-				// Errors are met again, and returned, by the caller's read.
-				_, _ = a.hours.get(ctx, a.o.Store, h, by, where, a.o.Log)
+			for it := range ch {
+				f(it)
 			}
 		})
 	}
-	for h := tl.from.UTC().Truncate(time.Hour); h.Before(end) && ctx.Err() == nil; h = h.Add(time.Hour) {
-		if tl.wholeHour(h, end) {
-			hours <- h
+	for _, it := range items {
+		if ctx.Err() != nil {
+			break
 		}
+		ch <- it
 	}
-	close(hours)
+	close(ch)
 	wg.Wait()
 }
 

@@ -395,17 +395,7 @@ type HourReader interface {
 // skipped.
 func ReadHour(ctx context.Context, st HourReader, h time.Time) (map[Key]*Stats, error) {
 	series := map[Key]*Stats{}
-	add := func(k Key, data []byte) {
-		var s Stats
-		if err := s.UnmarshalBinary(data); err != nil {
-			return
-		}
-		if old := series[k]; old != nil {
-			old.Merge(&s)
-		} else {
-			series[k] = &s
-		}
-	}
+	add := func(k Key, data []byte) { decodeInto(series, k, data) }
 	hrs, err := st.WindowHours(ctx, h, h.Add(time.Hour))
 	if err != nil {
 		return nil, err

@@ -332,7 +332,7 @@ func (s *Store) plan(q store.ReportQuery, loc *time.Location, need []string) []s
 		return []span{hours(q.From, q.To)}
 	}
 	// [d0, d1) is the whole local days of the period.
-	d0, d1 := ceilDay(q.From, s.loc), floorDay(q.To, s.loc)
+	d0, d1 := ceilDay(q.From, s.loc), store.FloorDay(q.To, s.loc)
 	offHour := func(t time.Time) bool { return t.Unix()%3600 != 0 }
 	if (!q.From.IsZero() && !d0.Equal(q.From) && offHour(d0)) || (!q.To.IsZero() && !d1.Equal(q.To) && offHour(d1)) ||
 		(!d0.IsZero() && !d1.IsZero() && !d0.Before(d1)) {
@@ -420,36 +420,14 @@ func pickTable(g grain, need []string) rollupTable {
 	return t
 }
 
-// startOfDay is when local day y-m-d begins in loc (the day normalised
-// as time.Date does). Where a clock change skips midnight (Havana,
-// Santiago), the day begins at the change, not at the 23:00 of the day
-// before that time.Date would give.
-func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
-	y, m, d = time.Date(y, m, d, 12, 0, 0, 0, loc).Date() // noon always exists
-	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
-	if t.Day() != d {
-		_, t = t.ZoneBounds() // the change: the first instant of day d
-	}
-	return t
-}
-
-func floorDay(t time.Time, loc *time.Location) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	y, m, d := t.In(loc).Date()
-	return startOfDay(y, m, d, loc)
-}
-
 func ceilDay(t time.Time, loc *time.Location) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	if f := floorDay(t, loc); !f.Before(t) {
+	if f := store.FloorDay(t, loc); !f.Before(t) {
 		return f
 	}
-	y, m, d := t.In(loc).Date()
-	return startOfDay(y, m, d+1, loc)
+	return store.NextDay(t, loc)
 }
 
 func floorMonth(t time.Time, loc *time.Location) time.Time {
@@ -457,7 +435,7 @@ func floorMonth(t time.Time, loc *time.Location) time.Time {
 		return t
 	}
 	y, m, _ := t.In(loc).Date()
-	return startOfDay(y, m, 1, loc)
+	return store.StartOfDay(y, m, 1, loc)
 }
 
 func ceilMonth(t time.Time, loc *time.Location) time.Time {
@@ -468,7 +446,7 @@ func ceilMonth(t time.Time, loc *time.Location) time.Time {
 		return f
 	}
 	y, m, _ := t.In(loc).Date()
-	return startOfDay(y, m+1, 1, loc)
+	return store.StartOfDay(y, m+1, 1, loc)
 }
 
 // Report sums the billing rollups over the spans plan chooses and adds
@@ -805,6 +783,7 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Engine, "DELETE FROM engine_samples WHERE rowid IN (SELECT rowid FROM engine_samples WHERE at < ? LIMIT 5000)", ns},
 		{r.Minute, "DELETE FROM window_minute WHERE rowid IN (SELECT rowid FROM window_minute WHERE minute < ? LIMIT 5000)", sec},
 		{r.Hour, "DELETE FROM window_hour WHERE rowid IN (SELECT rowid FROM window_hour WHERE hour < ? LIMIT 5000)", sec},
+		{r.Day, "DELETE FROM window_day WHERE rowid IN (SELECT rowid FROM window_day WHERE day < ? LIMIT 5000)", sec},
 	}
 	var total int64
 	// Most prompts are sent once: prompt_day would otherwise hold nearly a
@@ -1029,6 +1008,58 @@ func (s *Store) WindowHours(ctx context.Context, from, to time.Time) ([]store.Wi
 		}
 		h.Hour = time.Unix(at, 0).UTC()
 		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// AddWindowDay writes a closed day's rows in one transaction, unless the
+// day has rows already.
+func (s *Store) AddWindowDay(ctx context.Context, start, end time.Time, ds []store.WindowDay) (bool, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("window day: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM window_day WHERE day = ? LIMIT 1)", start.Unix()).Scan(&n); err != nil {
+		return false, fmt.Errorf("window day: %w", err)
+	}
+	if n > 0 {
+		return false, nil
+	}
+	if len(ds) == 0 {
+		ds = []store.WindowDay{{}}
+	}
+	for _, d := range ds {
+		if d.Data == nil {
+			d.Data = []byte{}
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO window_day (day, day_end, model, biz_line, upstream, template, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+			start.Unix(), end.Unix(), d.Model, d.BizLine, d.Upstream, d.Template, d.Data); err != nil {
+			return false, fmt.Errorf("window day: %w", err)
+		}
+	}
+	return true, tx.Commit()
+}
+
+// WindowDays reads the rows of the days starting in [from, to), oldest
+// first.
+func (s *Store) WindowDays(ctx context.Context, from, to time.Time) ([]store.WindowDay, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT day, day_end, model, biz_line, upstream, template, data FROM window_day WHERE day >= ? AND day < ? ORDER BY day, rowid",
+		from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("window days: %w", err)
+	}
+	defer rows.Close()
+	var out []store.WindowDay
+	for rows.Next() {
+		var d store.WindowDay
+		var start, end int64
+		if err := rows.Scan(&start, &end, &d.Model, &d.BizLine, &d.Upstream, &d.Template, &d.Data); err != nil {
+			return nil, fmt.Errorf("window days: %w", err)
+		}
+		d.Start, d.End = time.Unix(start, 0).UTC(), time.Unix(end, 0).UTC()
+		out = append(out, d)
 	}
 	return out, rows.Err()
 }

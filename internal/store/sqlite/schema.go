@@ -139,6 +139,18 @@ var migrations = []string{
 		data     BLOB NOT NULL
 	) STRICT;
 	CREATE INDEX window_hour_at ON window_hour (hour);`,
+	// 9: the alerting windows' closed local days, merged from their hours,
+	// for percentiles over weeks and months.
+	`CREATE TABLE window_day (
+		day      INTEGER NOT NULL,
+		day_end  INTEGER NOT NULL,
+		model    TEXT NOT NULL,
+		biz_line TEXT NOT NULL,
+		upstream TEXT NOT NULL,
+		template TEXT NOT NULL,
+		data     BLOB NOT NULL
+	) STRICT;
+	CREATE INDEX window_day_at ON window_day (day);`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

@@ -44,6 +44,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 		{"EngineSamples", testEngineSamples},
 		{"WindowMinutes", testWindowMinutes},
 		{"WindowHours", testWindowHours},
+		{"WindowDays", testWindowDays},
 		{"ReportByMinute", testReportByMinute},
 	})
 }
@@ -651,6 +652,60 @@ func testWindowHours(t *testing.T, s AnalyticsStore) {
 	}
 	if len(got) != 1 || got[0].Model != "m2" {
 		t.Errorf("after pruning to 10 hours: %+v, want only the hour at 30", got)
+	}
+}
+
+// testWindowDays: a day comes back byte for byte with its bounds; a
+// second write of the same day (another replica's compactor) writes
+// nothing; a day without traffic is one empty row; Retention.Day drops
+// old days and Retention.Hour does not.
+func testWindowDays(t *testing.T, s AnalyticsStore) {
+	ctx := context.Background()
+	day := func(d int) (time.Time, time.Time) { return day0.AddDate(0, 0, d), day0.AddDate(0, 0, d+1) }
+	s0, e0 := day(0)
+	in := []store.WindowDay{
+		{Start: s0, End: e0, Model: "m", BizLine: "b", Upstream: "u", Template: "t", Data: []byte{1, 0, 255}},
+		{Start: s0, End: e0, Model: "m2", Data: []byte{2}},
+	}
+	if ok, err := s.AddWindowDay(ctx, s0, e0, in); err != nil || !ok {
+		t.Fatalf("first write of day 0: %v, %v; want true, nil", ok, err)
+	}
+	if ok, err := s.AddWindowDay(ctx, s0, e0, []store.WindowDay{{Start: s0, End: e0, Model: "x", Data: []byte{9}}}); err != nil || ok {
+		t.Fatalf("second write of day 0: %v, %v; want false, nil", ok, err)
+	}
+	s1, e1 := day(1)
+	if ok, err := s.AddWindowDay(ctx, s1, e1, nil); err != nil || !ok {
+		t.Fatalf("empty day 1: %v, %v; want true, nil", ok, err)
+	}
+	s40, e40 := day(40)
+	if _, err := s.AddWindowDay(ctx, s40, e40, []store.WindowDay{{Start: s40, End: e40, Model: "m3", Data: []byte{4}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.WindowDays(ctx, s0, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(in, got, cmpopts.SortSlices(func(a, b store.WindowDay) bool { return a.Model < b.Model })); diff != "" {
+		t.Errorf("WindowDays of day 0 (-want +got):\n%s", diff)
+	}
+	got, err = s.WindowDays(ctx, s1, e1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got[0].Start.Equal(s1) || !got[0].End.Equal(e1) || got[0].Model != "" || len(got[0].Data) != 0 {
+		t.Errorf("WindowDays of the empty day 1: %+v, want one empty row with its bounds", got)
+	}
+	if _, err := s.Prune(ctx, s40, store.Retention{Hour: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.WindowDays(ctx, s0, e40); err != nil || len(got) != 4 {
+		t.Errorf("after pruning hours: %d day rows (%v), want 4", len(got), err)
+	}
+	if _, err := s.Prune(ctx, s40, store.Retention{Day: 10 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.WindowDays(ctx, s0, e40); err != nil || len(got) != 1 || got[0].Model != "m3" {
+		t.Errorf("after pruning to 10 days: %+v (%v), want only day 40", got, err)
 	}
 }
 

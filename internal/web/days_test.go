@@ -1,0 +1,107 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+// hourCounting counts the stored hours read, to tell which rows a reader
+// used.
+type hourCounting struct {
+	*sqlite.Store
+	hourReads atomic.Int64
+}
+
+func (c *hourCounting) WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error) {
+	c.hourReads.Add(1)
+	return c.Store.WindowHours(ctx, from, to)
+}
+
+// TestDayRowsReadLikeHours: percentiles and the overview over days are
+// the same whether whole local days are read from their compacted rows or
+// hour by hour, in a zone whose days start on the half hour (Kolkata);
+// with the days compacted, their hours are not read at all.
+func TestDayRowsReadLikeHours(t *testing.T) {
+	ctx := context.Background()
+	loc, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Skipf("no tzdata for Asia/Kolkata: %v", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"), slog.New(slog.DiscardHandler), sqlite.WithLocation(loc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	start := now.Add(-4 * 24 * time.Hour)
+	recs := make([]*record.Record, 0, 900)
+	for i := 0; ; i++ {
+		r := storetest.Record(i)
+		r.Arrival = start.Add(time.Duration(i) * 7 * time.Minute)
+		if !r.Arrival.Before(now.Add(-10 * time.Minute)) {
+			break
+		}
+		r.Finish()
+		recs = append(recs, r)
+	}
+	if err := st.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	win := window.New(window.Config{From: start.Add(-time.Hour), Keep: 5 * 24 * time.Hour}, st, nil, nil)
+	for _, r := range recs {
+		win.Add(r)
+	}
+	win.Flush(ctx, now)
+
+	span := "from=" + now.Add(-3*24*time.Hour).Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339)
+	queries := []string{
+		"/api/v1/overview?" + span,
+		"/api/v1/percentiles?" + span + "&step=1d&by=model",
+		"/api/v1/percentiles?" + span + "&step=1d&quantity=ttft&biz_line=biz-1",
+		"/api/v1/percentiles?" + span + "&step=1h",
+	}
+	answers := func(s *hourCounting) ([]string, int64) {
+		srv := httptest.NewServer(NewAPI(Options{Store: s, Loc: loc, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Windows: win}))
+		defer srv.Close()
+		var out []string
+		for _, q := range queries[:3] {
+			var v any
+			getJSON(t, srv.URL+q, &v)
+			b, _ := json.Marshal(v)
+			out = append(out, string(b))
+		}
+		reads := s.hourReads.Load()
+		var v any
+		getJSON(t, srv.URL+queries[3], &v) // 1 h steps: days cannot serve
+		b, _ := json.Marshal(v)
+		return append(out, string(b)), reads
+	}
+	before, readsBefore := answers(&hourCounting{Store: st})
+	n, err := window.NewCompactor(st, loc, nil).Compact(ctx, now)
+	if err != nil || n < 3 {
+		t.Fatalf("compacted %d days, %v; want at least 3", n, err)
+	}
+	after, readsAfter := answers(&hourCounting{Store: st})
+	for i, q := range queries {
+		if before[i] != after[i] {
+			t.Errorf("%s:\nhour by hour %s\nfrom days    %s", q, before[i], after[i])
+		}
+	}
+	// Two whole local days (13 Mar 18:30 UTC – 15 Mar 18:30 UTC) lie in
+	// the span: their 48 hours are no longer read, only the edges' hours.
+	t.Logf("stored hours read: %d hour by hour, %d with days", readsBefore, readsAfter)
+	if readsBefore-readsAfter < 48 {
+		t.Errorf("stored hours read: %d hour by hour, %d with days; want at least 48 fewer", readsBefore, readsAfter)
+	}
+}
