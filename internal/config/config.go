@@ -161,7 +161,10 @@ type Store struct {
 	// Durability: "queue" (default) writes each Record to a local
 	// write-ahead queue, group-committed, before the response's last bytes,
 	// then ships it to the store; "memory" batches in memory only (faster,
-	// but records still queued are lost if the process is killed).
+	// but records still queued are lost if the process is killed); "off"
+	// writes no Records at all — no ledger, no rollups, no costs kept —
+	// and exists only to measure the proxy without its accounting
+	// (tollgate bench overhead, arm B0).
 	Durability string `yaml:"durability"`
 	Queue      Queue  `yaml:"queue"`
 }

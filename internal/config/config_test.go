@@ -46,6 +46,7 @@ func TestBadConfigs(t *testing.T) {
 		"alert_bad_signal.bad.yml":        `alerts.rules[0].signal: unknown signal "ttft_p98"; one of ` + signalNames(),
 		"alert_typo.bad.yml":              "alerts.rules[0].treshold: unknown key (line 5)",
 		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
+		"bad_durability.bad.yml":          `store.durability: must be queue, memory or off; got "none"`,
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {
@@ -111,6 +112,16 @@ func TestFullConfig(t *testing.T) {
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)
+	}
+}
+
+func TestDurabilityOff(t *testing.T) {
+	c, err := Parse([]byte("store:\n  durability: off\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Durability != "off" {
+		t.Errorf("store.durability = %q, want off", c.Store.Durability)
 	}
 }
 

@@ -264,8 +264,8 @@ func (c *Config) Validate() error {
 	if c.Store.SQLite.Path == "" {
 		bad("store.sqlite.path", "must not be empty")
 	}
-	if d := c.Store.Durability; d != "queue" && d != "memory" {
-		bad("store.durability", "must be queue or memory; got %q", d)
+	if d := c.Store.Durability; d != "queue" && d != "memory" && d != "off" {
+		bad("store.durability", "must be queue, memory or off; got %q", d)
 	}
 	if c.Store.Queue.MaxBytes < 1<<20 {
 		bad("store.queue.max_bytes", "must be at least 1048576 (1 MiB)")

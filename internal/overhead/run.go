@@ -1,0 +1,520 @@
+package overhead
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // reads the B arm's ledger
+)
+
+// Arms, in their nominal order; each round runs them shuffled.
+var Arms = []string{"D", "A", "B", "B0"}
+
+// Options configure a run.
+type Options struct {
+	Exe      string        // the tollgate binary, re-executed for the mock and the arms
+	Env      []string      // added to the children's environment
+	Dir      string        // work directory: configs, ledgers, logs
+	Rounds   int           // ≥ 1
+	Phase    time.Duration // each scenario's length, per arm and round
+	Warmup   time.Duration // unmeasured load before an arm's scenarios
+	Settle   time.Duration // pause before the "after" memory reading
+	Rates    []float64     // JSON fixed rates, requests/s
+	Workers  int           // closed loops at saturation
+	SSE      []int         // stream concurrencies
+	Mock     MockOptions
+	Seed     uint64    // arm order; 0: from the clock
+	Raw      io.Writer // JSONL, one line per round × arm × scenario; nil: none
+	Progress io.Writer // one line per step; nil: quiet
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Exe == "" {
+		errs = append(errs, errors.New("the tollgate binary is unknown"))
+	}
+	if o.Rounds < 1 {
+		errs = append(errs, fmt.Errorf("--rounds: must be at least 1; got %d", o.Rounds))
+	}
+	if o.Phase <= 0 {
+		errs = append(errs, fmt.Errorf("--duration: must be positive; got %s", o.Phase))
+	}
+	if len(o.Rates) == 0 {
+		errs = append(errs, errors.New("--rates: at least one rate"))
+	}
+	for _, r := range o.Rates {
+		if r <= 0 || r > 100000 {
+			errs = append(errs, fmt.Errorf("--rates: each rate must be in (0, 100000] requests/s; got %g", r))
+		}
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers: must be at least 1; got %d", o.Workers))
+	}
+	for _, c := range o.SSE {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("--sse: each concurrency must be at least 1; got %d", c))
+		}
+	}
+	if o.Mock.Frames < 2 {
+		errs = append(errs, fmt.Errorf("--frames: must be at least 2; got %d", o.Mock.Frames))
+	}
+	if o.Mock.TTFT < 0 || o.Mock.ITL < 0 {
+		errs = append(errs, errors.New("--ttft, --itl: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the mock, then per round fresh A, B and B0 processes, drives
+// every arm in a shuffled order, stops the arms (B by SIGTERM, so its
+// ledger is flushed) and checks B's ledger against what the mock sent.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if runtime.GOOS != "linux" {
+		return nil, errors.New("bench overhead needs Linux: it reads /proc for CPU time and memory and pins processes to CPUs")
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	rep := &Report{Machine: machine(), Settings: settingsOf(o)}
+
+	// One CPU for the system under test, the other for the load driver
+	// and the mock.
+	loadCPU, sutCPU := -1, -1
+	if affinitySupported && rep.Machine.CPUs >= 2 {
+		restore, err := pinSelf(0)
+		if err != nil {
+			rep.Machine.Pinning = "none: " + err.Error()
+		} else {
+			defer restore()
+			loadCPU, sutCPU = 0, 1
+			rep.Machine.Pinning = "sched_setaffinity: arms on CPU 1 (GOMAXPROCS=1), load driver and mock on CPU 0"
+		}
+	} else {
+		rep.Machine.Pinning = "none: fewer than 2 CPUs"
+	}
+
+	mockAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	mock, err := startProc(ctx, "mock", o.Exe, []string{"bench", "overhead", "--role", "mock", "--listen", mockAddr,
+		"--frames", fmt.Sprint(o.Mock.Frames), "--ttft", o.Mock.TTFT.String(), "--itl", o.Mock.ITL.String()},
+		o.Env, mockAddr, filepath.Join(o.Dir, "mock.log"), loadCPU)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = mock.stop(10 * time.Second) }()
+
+	rng := rand.New(rand.NewPCG(o.Seed, 0x0bead))
+	var seq atomic.Int64
+	for r := 1; r <= o.Rounds; r++ {
+		rr, err := runRound(ctx, &o, r, mock, sutCPU, rng, &seq)
+		if err != nil {
+			return nil, fmt.Errorf("round %d: %w", r, err)
+		}
+		rep.Rounds = append(rep.Rounds, rr)
+	}
+	rep.Machine.LoadAvgEnd = loadavg()
+	rep.summarise()
+	return rep, nil
+}
+
+// Round is one round's results.
+type Round struct {
+	N         int                   `json:"round"`
+	Order     []string              `json:"order"`
+	Arms      map[string]*ArmResult `json:"arms"`
+	Integrity Integrity             `json:"integrity"`
+}
+
+// ArmResult is one arm's scenarios in one round.
+type ArmResult struct {
+	JSON       []JSONResult `json:"json"`
+	Saturation SatResult    `json:"saturation"`
+	SSE        []SSEResult  `json:"sse"`
+	Memory     *Mem         `json:"memory,omitempty"` // not for D
+}
+
+// JSONResult is a fixed-rate JSON scenario. Latencies are in ms.
+type JSONResult struct {
+	Rate      float64 `json:"rate"`
+	Sent      int     `json:"sent"`
+	OK        int     `json:"ok"`
+	Errors    int     `json:"errors"`
+	Dropped   int     `json:"dropped"`
+	FirstErr  string  `json:"first_error,omitempty"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	CPUPerReq float64 `json:"cpu_us_per_req,omitempty"` // the arm process's, not for D
+}
+
+// SatResult is the saturation scenario.
+type SatResult struct {
+	Workers   int     `json:"workers"`
+	OK        int     `json:"ok"`
+	Errors    int     `json:"errors"`
+	FirstErr  string  `json:"first_error,omitempty"`
+	RPS       float64 `json:"rps"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	CPUPerReq float64 `json:"cpu_us_per_req,omitempty"`
+}
+
+// SSEResult is a streaming scenario. Times are in ms.
+type SSEResult struct {
+	Conc       int     `json:"concurrency"`
+	Streams    int     `json:"streams"`
+	OK         int     `json:"ok"`
+	Errors     int     `json:"errors"`
+	FirstErr   string  `json:"first_error,omitempty"`
+	FramesLost int     `json:"frames_lost"`
+	TTFTP50    float64 `json:"ttft_p50_ms"`
+	TTFTP99    float64 `json:"ttft_p99_ms"`
+	ITLP50     float64 `json:"itl_p50_ms"`
+	ITLP99     float64 `json:"itl_p99_ms"`
+	CPUPerReq  float64 `json:"cpu_us_per_stream,omitempty"`
+}
+
+// Mem is an arm process's resident memory in MiB: after start-up, the
+// most seen under load, and after the load (Settle later).
+type Mem struct {
+	Idle  float64 `json:"idle_mib"`
+	Load  float64 `json:"load_mib"`
+	After float64 `json:"after_mib"`
+}
+
+// Integrity compares B's ledger with what the mock sent through B.
+type Integrity struct {
+	MockRequests     int64 `json:"mock_requests"`
+	LedgerRows       int64 `json:"ledger_rows"`
+	RowsLost         int64 `json:"rows_lost"`
+	MockPrompt       int64 `json:"mock_prompt_tokens"`
+	LedgerInput      int64 `json:"ledger_input_tokens"`
+	MockCompletion   int64 `json:"mock_completion_tokens"`
+	LedgerOutput     int64 `json:"ledger_output_tokens"`
+	TokensMatch      bool  `json:"tokens_match"`
+	B0LedgerRows     int64 `json:"b0_ledger_rows"` // accounting off: must be 0
+	ClientOKRequests int64 `json:"client_ok_requests"`
+}
+
+func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rng *rand.Rand, seq *atomic.Int64) (*Round, error) {
+	dir := filepath.Join(o.Dir, fmt.Sprintf("round%d", r))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	procs := map[string]*proc{}
+	defer func() {
+		for _, p := range procs {
+			_ = p.stop(time.Minute)
+		}
+	}()
+	sutEnv := append(append([]string{}, o.Env...), "GOMAXPROCS=1")
+	for _, arm := range []string{"A", "B", "B0"} {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		var args []string
+		if arm == "A" {
+			args = []string{"bench", "overhead", "--role", "bare", "--listen", addr, "--upstream", "http://" + mock.addr}
+		} else {
+			cfg := filepath.Join(dir, arm+".yml")
+			if err := os.WriteFile(cfg, []byte(serveConfig(addr, "http://"+mock.addr+"/v1", filepath.Join(dir, arm+".db"), arm == "B")), 0o644); err != nil {
+				return nil, err
+			}
+			args = []string{"serve", "--config", cfg}
+		}
+		p, err := startProc(ctx, arm, o.Exe, args, sutEnv, addr, filepath.Join(dir, arm+".log"), sutCPU)
+		if err != nil {
+			return nil, err
+		}
+		procs[arm] = p
+	}
+
+	order := append([]string{}, Arms...)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	round := &Round{N: r, Order: order, Arms: map[string]*ArmResult{}}
+	fmt.Fprintf(o.Progress, "round %d/%d: order %s\n", r, o.Rounds, strings.Join(order, " "))
+	for _, arm := range order {
+		base, pid := "http://"+mock.addr, 0
+		if p := procs[arm]; p != nil {
+			base, pid = "http://"+p.addr, p.pid()
+		}
+		t := target{base: base, tag: fmt.Sprintf("%s/%d", arm, r)}
+		ar, err := runArm(ctx, o, arm, t, pid, seq)
+		if err != nil {
+			return nil, fmt.Errorf("arm %s: %w", arm, err)
+		}
+		round.Arms[arm] = ar
+		writeRaw(o.Raw, r, arm, ar)
+		fmt.Fprintf(o.Progress, "  %-2s %s\n", arm, ar.brief())
+	}
+
+	// Stop the arms; B flushes its ledger on SIGTERM before it exits.
+	for _, arm := range []string{"A", "B", "B0"} {
+		p := procs[arm]
+		delete(procs, arm)
+		if err := p.stop(2 * time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	in, err := checkLedger(ctx, mock, r, dir, round.Arms["B"])
+	if err != nil {
+		return nil, err
+	}
+	round.Integrity = in
+	writeLine(o.Raw, r, "B", "integrity", in)
+	fmt.Fprintf(o.Progress, "  integrity: %d rows for %d requests sent by the mock, tokens match %v, B0 rows %d\n",
+		in.LedgerRows, in.MockRequests, in.TokensMatch, in.B0LedgerRows)
+	return round, nil
+}
+
+// serveConfig is the B (accounting on) or B0 (store.durability: off)
+// configuration: one upstream, the mock; prices so every request is
+// rated; no OTLP listeners or engine scraping, which the mock lacks.
+func serveConfig(listen, upstream, db string, accounting bool) string {
+	durability := "queue"
+	if !accounting {
+		durability = "off"
+	}
+	return fmt.Sprintf(`# written by tollgate bench overhead
+listen: %q
+shutdown_grace: 30s
+log: {level: warn}
+store:
+  sqlite: {path: %q}
+  durability: %s
+upstreams:
+  - {name: mock, url: %q, engine: openai}
+prices:
+  - {model: bench-model, currency: USD, input: 0.15, cached_input: 0.075, output: 0.60}
+otlp: {http_listen: "", grpc_listen: ""}
+engine_metrics: {interval: 0s}
+`, listen, db, durability, upstream)
+}
+
+// runArm drives one arm through every scenario; pid is the arm's process
+// (0 for D, which has none).
+func runArm(ctx context.Context, o *Options, arm string, t target, pid int, seq *atomic.Int64) (*ArmResult, error) {
+	ar := &ArmResult{}
+	var sampler *memSampler
+	if pid != 0 {
+		rss, _, err := memory(pid)
+		if err != nil {
+			return nil, err
+		}
+		ar.Memory = &Mem{Idle: mib(rss)}
+		sampler = sampleMemory(pid)
+	}
+	cpu := func() time.Duration {
+		if pid == 0 {
+			return 0
+		}
+		d, _ := cpuTime(pid)
+		return d
+	}
+	perReq := func(c0 time.Duration, n int) float64 {
+		if pid == 0 || n == 0 {
+			return 0
+		}
+		return float64((cpu() - c0).Microseconds()) / float64(n)
+	}
+
+	if o.Warmup > 0 {
+		saturate(ctx, t, min(o.Workers, 8), o.Warmup, seq)
+	}
+	for _, rate := range o.Rates {
+		c0 := cpu()
+		l := fixedRate(ctx, t, rate, o.Phase, seq)
+		ar.JSON = append(ar.JSON, JSONResult{Rate: rate, Sent: l.sent, OK: l.ok, Errors: l.errs, Dropped: l.dropped, FirstErr: l.firstErr,
+			P50: ms(pct(l.lat, 50)), P99: ms(pct(l.lat, 99)), CPUPerReq: perReq(c0, l.sent)})
+	}
+	c0 := cpu()
+	s := saturate(ctx, t, o.Workers, o.Phase, seq)
+	ar.Saturation = SatResult{Workers: o.Workers, OK: s.ok, Errors: s.errs, FirstErr: s.firstErr,
+		RPS: float64(s.ok) / s.elapsed.Seconds(), P50: ms(pct(s.lat, 50)), P99: ms(pct(s.lat, 99)), CPUPerReq: perReq(c0, s.sent)}
+	for _, c := range o.SSE {
+		c0 := cpu()
+		st := streamPhase(ctx, t, c, o.Phase, o.Mock, seq)
+		ar.SSE = append(ar.SSE, SSEResult{Conc: c, Streams: st.started, OK: st.ok, Errors: st.errs, FirstErr: st.firstErr, FramesLost: st.framesLost,
+			TTFTP50: ms(pct(st.ttft, 50)), TTFTP99: ms(pct(st.ttft, 99)), ITLP50: ms(pct(st.itl, 50)), ITLP99: ms(pct(st.itl, 99)),
+			CPUPerReq: perReq(c0, st.started)})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if sampler != nil {
+		ar.Memory.Load = mib(sampler.stop())
+		// A measurement pause: what the process gives back once idle.
+		time.Sleep(o.Settle)
+		rss, _, err := memory(pid)
+		if err != nil {
+			return nil, err
+		}
+		ar.Memory.After = mib(rss)
+	}
+	return ar, nil
+}
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+// memSampler reads an arm's resident set every 100 ms and keeps the most.
+type memSampler struct {
+	quit chan struct{}
+	done chan struct{}
+	peak int64
+}
+
+func sampleMemory(pid int) *memSampler {
+	m := &memSampler{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss, _, err := memory(pid); err == nil {
+				m.peak = max(m.peak, rss)
+			}
+			select {
+			case <-m.quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+func (m *memSampler) stop() int64 {
+	close(m.quit)
+	<-m.done
+	return m.peak
+}
+
+// checkLedger counts B's ledger rows and token sums and compares them with
+// the mock's counts under B's tag; B0's ledger must be empty.
+func checkLedger(ctx context.Context, mock *proc, r int, dir string, b *ArmResult) (Integrity, error) {
+	var in Integrity
+	sent, err := mockSent(ctx, mock.addr, fmt.Sprintf("B/%d", r))
+	if err != nil {
+		return in, err
+	}
+	in.MockRequests, in.MockPrompt, in.MockCompletion = sent.Requests, sent.PromptTokens, sent.CompletionTokens
+	if in.LedgerRows, in.LedgerInput, in.LedgerOutput, err = ledgerSums(ctx, filepath.Join(dir, "B.db")); err != nil {
+		return in, err
+	}
+	if in.B0LedgerRows, _, _, err = ledgerSums(ctx, filepath.Join(dir, "B0.db")); err != nil {
+		return in, err
+	}
+	in.RowsLost = max(0, in.MockRequests-in.LedgerRows)
+	in.TokensMatch = in.MockPrompt == in.LedgerInput && in.MockCompletion == in.LedgerOutput
+	if b != nil {
+		for _, j := range b.JSON {
+			in.ClientOKRequests += int64(j.OK)
+		}
+		in.ClientOKRequests += int64(b.Saturation.OK)
+		for _, s := range b.SSE {
+			in.ClientOKRequests += int64(s.OK)
+		}
+	}
+	return in, nil
+}
+
+func mockSent(ctx context.Context, addr, tag string) (Sent, error) {
+	var s Sent
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/stats?tag="+tag, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("mock stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return s, fmt.Errorf("mock stats: %w", err)
+	}
+	return s, nil
+}
+
+func ledgerSums(ctx context.Context, path string) (rows, input, output int64, err error) {
+	db, err := sql.Open("sqlite", path+"?_query_only=1")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer db.Close()
+	err = db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM requests`).
+		Scan(&rows, &input, &output)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("read ledger %q: %w", path, err)
+	}
+	return rows, input, output, nil
+}
+
+var rawMu sync.Mutex
+
+// writeRaw writes an arm's scenarios as JSONL.
+func writeRaw(w io.Writer, r int, arm string, ar *ArmResult) {
+	for _, j := range ar.JSON {
+		writeLine(w, r, arm, "json", j)
+	}
+	writeLine(w, r, arm, "saturation", ar.Saturation)
+	for _, s := range ar.SSE {
+		writeLine(w, r, arm, "sse", s)
+	}
+	if ar.Memory != nil {
+		writeLine(w, r, arm, "memory", ar.Memory)
+	}
+}
+
+// writeLine writes {"round":R,"arm":A,"scenario":S, ...v's fields}.
+func writeLine(w io.Writer, r int, arm, scenario string, v any) {
+	if w == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return
+	}
+	head := fmt.Sprintf(`{"round":%d,"arm":%q,"scenario":%q`, r, arm, scenario)
+	if len(b) > 2 {
+		head += ","
+	}
+	rawMu.Lock()
+	defer rawMu.Unlock()
+	_, _ = io.WriteString(w, head+string(b[1:])+"\n")
+}
+
+// brief is the progress line of an arm.
+func (ar *ArmResult) brief() string {
+	var sb strings.Builder
+	for _, j := range ar.JSON {
+		fmt.Fprintf(&sb, "json@%g p50 %.3f p99 %.3f ms (err %d); ", j.Rate, j.P50, j.P99, j.Errors+j.Dropped)
+	}
+	fmt.Fprintf(&sb, "sat %.0f rps", ar.Saturation.RPS)
+	if ar.Saturation.CPUPerReq > 0 {
+		fmt.Fprintf(&sb, " %.1f cpu-µs/req", ar.Saturation.CPUPerReq)
+	}
+	for _, s := range ar.SSE {
+		fmt.Fprintf(&sb, "; sse%d ttft p50 %.2f ms lost %d (err %d)", s.Conc, s.TTFTP50, s.FramesLost, s.Errors)
+	}
+	return sb.String()
+}
