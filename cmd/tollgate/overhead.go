@@ -35,6 +35,7 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	raw := fs.String("raw", "", "write the raw results, one JSON line per round, arm and scenario, to `file`")
 	dir := fs.String("dir", "", "work `directory` for configs, ledgers and logs (default: a temporary one, removed afterwards)")
 	seed := fs.Uint64("seed", 0, "seed of the arm order (0: from the clock)")
+	from := fs.String("report", "", "print a saved --json report `file` as text, without running")
 	// Hidden: the roles this command re-executes itself in.
 	role := fs.String("role", "", "internal: mock | bare")
 	listen := fs.String("listen", "", "internal: listen address of a role")
@@ -58,6 +59,19 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 		return overhead.Serve(ctx, *listen, h)
 	default:
 		return fmt.Errorf("--role: must be mock or bare; got %q", *role)
+	}
+
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+		var rep overhead.Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("--report %s: not a bench overhead JSON report: %w", *from, err)
+		}
+		rep.WriteText(stdout)
+		return nil
 	}
 
 	o := overhead.Options{Rounds: *rounds, Phase: *phase, Warmup: *warmup, Settle: time.Second, Workers: *workers,
