@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"sync/atomic"
@@ -103,5 +104,44 @@ func TestDayRowsReadLikeHours(t *testing.T) {
 	t.Logf("stored hours read: %d hour by hour, %d with days", readsBefore, readsAfter)
 	if readsBefore-readsAfter < 48 {
 		t.Errorf("stored hours read: %d hour by hour, %d with days; want at least 48 fewer", readsBefore, readsAfter)
+	}
+}
+
+// TestPeriodsReadOnce: the Overview page's calls at once (the overview,
+// E2E and TTFT percentiles) read each stored hour once between them, and
+// a later call for another quantity reads them again.
+func TestPeriodsReadOnce(t *testing.T) {
+	f := newSeriesFixtureWith(t, window.Config{From: now.Add(-4 * time.Hour)})
+	st := &hourCounting{Store: f.st}
+	srv := httptest.NewServer(NewAPI(Options{Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Windows: f.win}))
+	defer srv.Close()
+	span := "from=" + now.Add(-3*time.Hour).Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339)
+	page := []string{"/api/v1/overview?" + span, "/api/v1/percentiles?" + span + "&step=1h&quantity=e2e", "/api/v1/percentiles?" + span + "&step=1h&quantity=ttft"}
+	done := make(chan struct{})
+	for _, q := range page {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			resp, err := http.Get(srv.URL + q)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("GET %s: %s", q, resp.Status)
+			}
+		}()
+	}
+	for range page {
+		<-done
+	}
+	// Stored whole hours before the last (in memory): now-3h and now-2h.
+	if n := st.hourReads.Load(); n != 2 {
+		t.Errorf("the page's calls read %d stored hours, want 2 (each once)", n)
+	}
+	var v any
+	getJSON(t, srv.URL+"/api/v1/percentiles?"+span+"&step=1h&quantity=prefill", &v)
+	if n := st.hourReads.Load(); n != 4 {
+		t.Errorf("after a prefill call: %d stored hour reads, want 4 (prefill is not read with the latencies)", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,25 +82,48 @@ func BenchmarkOverview(b *testing.B) {
 		b.Logf("compacted %d days of window hours in %s", n, time.Since(t0).Round(time.Millisecond))
 	}
 	for _, days := range []int{1, 7, 30} {
-		url := "/api/v1/overview?from=" + end.AddDate(0, 0, -days).UTC().Format(time.RFC3339) + "&to=" + end.UTC().Format(time.RFC3339)
-		b.Run(strconv.Itoa(days)+"d", func(b *testing.B) {
-			// A new API: the first call merges every stored hour (cold),
-			// the loop's calls find the closed hours merged (warm).
-			api := NewAPI(Options{Store: s, Loc: bench.Loc, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return end.Add(-time.Second) }, Windows: win})
-			call := func() {
-				req := httptest.NewRequest(http.MethodGet, url, nil)
-				req.RemoteAddr = "127.0.0.1:1234" // no tokens: loopback only
-				rec := httptest.NewRecorder()
-				api.ServeHTTP(rec, req)
-				if rec.Code != 200 {
-					b.Fatalf("%d %s", rec.Code, rec.Body)
-				}
+		span := "from=" + end.AddDate(0, 0, -days).UTC().Format(time.RFC3339) + "&to=" + end.UTC().Format(time.RFC3339)
+		// What the Overview page asks for at once (internal/ui): the
+		// overview, and per step its requests, E2E and TTFT percentiles;
+		// its step as the page picks it (1 h up to 14 days, else 1 d).
+		step := "1h"
+		if days > 14 {
+			step = "1d"
+		}
+		page := []string{"/api/v1/overview?" + span, "/api/v1/series?" + span + "&step=" + step + "&measures=requests,errors",
+			"/api/v1/percentiles?" + span + "&step=" + step + "&quantity=e2e", "/api/v1/percentiles?" + span + "&step=" + step + "&quantity=ttft"}
+		newAPI := func() *API {
+			return NewAPI(Options{Store: s, Loc: bench.Loc, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return end.Add(-time.Second) }, Windows: win})
+		}
+		call := func(b *testing.B, api *API, url string) {
+			req := httptest.NewRequest(http.MethodGet, url, nil)
+			req.RemoteAddr = "127.0.0.1:1234" // no tokens: loopback only
+			rec := httptest.NewRecorder()
+			api.ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				b.Fatalf("%d %s", rec.Code, rec.Body)
 			}
+		}
+		b.Run(strconv.Itoa(days)+"d", func(b *testing.B) {
+			// A new API: the first call merges every stored hour and day
+			// (cold), the loop's calls find them merged (warm).
+			api := newAPI()
 			t0 := time.Now()
-			call()
+			call(b, api, page[0])
 			b.Logf("%dd cold (first call): %s", days, time.Since(t0).Round(time.Millisecond))
 			for b.Loop() {
-				call()
+				call(b, api, page[0])
+			}
+		})
+		b.Run(strconv.Itoa(days)+"d-page", func(b *testing.B) {
+			// The page's four calls at once, each loop on a new API (cold).
+			for b.Loop() {
+				api := newAPI()
+				var wg sync.WaitGroup
+				for _, url := range page {
+					wg.Go(func() { call(b, api, url) })
+				}
+				wg.Wait()
 			}
 		})
 	}

@@ -370,11 +370,11 @@ type wgroup struct {
 }
 
 // windowStats merges the alerting windows' minutes of tl's steps, grouped
-// by by and filtered by where: minutes of the last windowMemory from the
-// aggregator, older ones from the store.
-func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where map[string]string, q window.Quantity) (map[string]*wgroup, error) {
+// by by and filtered by where, with the sketches of qs: minutes of the
+// last windowMemory from the aggregator, older ones from the store.
+func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where map[string]string, qs ...window.Quantity) (map[string]*wgroup, error) {
 	groups := map[string]*wgroup{}
-	add := func(k window.Key, i int, s *window.Stats) {
+	slot := func(k window.Key, i int) *window.Stats {
 		gk := window.GroupKey(k, by)
 		g := groups[gk]
 		if g == nil {
@@ -387,18 +387,18 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 		if g.stats[i] == nil {
 			g.stats[i] = &window.Stats{}
 		}
-		g.stats[i].Merge(s)
+		return g.stats[i]
 	}
 	cut := window.Minute(a.o.Now()).Add(-windowMemory)
 	storeEnd := earlier(tl.to, cut)
 	// Whole local days read merged from their day rows, where compacted;
 	// the rest hour by hour, and minute by minute at the edges.
-	days := a.storedDays(ctx, tl, storeEnd, by, where)
-	a.prefetchHours(ctx, tl, storeEnd, by, where, days)
+	days := a.storedDays(ctx, tl, storeEnd, by, where, qs)
+	a.prefetchHours(ctx, tl, storeEnd, by, where, qs, days)
 	for t := tl.from; t.Before(storeEnd); {
 		if d, ok := days[t.Unix()]; ok {
 			for _, g := range d.groups {
-				add(g.key, tl.index(t), g.stats)
+				slot(g.key, tl.index(t)).Merge(g.stats)
 			}
 			t = d.end
 			continue
@@ -412,14 +412,12 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 		}
 		if t.Equal(h) && tl.wholeHour(h, storeEnd) {
 			// A whole closed hour within one step: merged once, kept.
-			hg, err := a.merged.get(ctx, "h", h, by, where, func() (map[window.Key]*window.Stats, error) {
-				return window.ReadHour(ctx, a.o.Store, h)
-			})
+			hg, err := a.merged.get(ctx, "h", h, by, where, qs, a.hourLoader(ctx, h))
 			if err != nil {
 				return nil, err
 			}
 			for _, g := range hg {
-				add(g.key, i, g.stats)
+				slot(g.key, i).Merge(g.stats)
 			}
 			t = hi
 			continue
@@ -437,16 +435,17 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 			if i < 0 {
 				continue
 			}
-			var s window.Stats
-			if err := s.UnmarshalBinary(row.Data); err != nil {
+			if err := slot(k, i).MergeBinary(row.Data, qs...); err != nil {
 				a.o.Log.Warn("skipping an unreadable window minute", "minute", row.Minute, "err", err)
-				continue
 			}
-			add(k, i, &s)
 		}
 		t = hi
 	}
 	if tl.to.After(cut) {
+		memQ := window.AllQuantity
+		if len(qs) == 1 {
+			memQ = qs[0]
+		}
 		sel := window.Selector(where)
 		for i, start := range tl.starts {
 			end := tl.to
@@ -456,8 +455,8 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 			if !end.After(cut) {
 				continue
 			}
-			for _, g := range a.o.Windows.Window(later(start, cut), end, sel, by, q) {
-				add(g.Key, i, &g.Stats)
+			for _, g := range a.o.Windows.Window(later(start, cut), end, sel, by, memQ) {
+				slot(g.Key, i).Merge(&g.Stats)
 			}
 		}
 	}
@@ -474,13 +473,22 @@ func matches(k window.Key, where map[string]string) bool {
 }
 
 // mergedCache keeps closed periods of the stored windows (UTC hours,
-// local days) merged per group (every sketch), by grouping and filter:
-// stored periods do not change, and decoding every row's sketches is most
-// of the cost of a percentile over days (a dashboard asks for the same
-// periods again and again).
+// local days) merged per group, by grouping and filter: stored periods do
+// not change, and reading and decoding stored rows is most of the cost of
+// a percentile over days (a dashboard asks for the same periods again and
+// again, and its pages ask for several quantities at once). An entry
+// holds the sketches of the quantities asked for and of hotQuantities,
+// read in one pass; concurrent callers of a period being read wait for
+// that read rather than repeating it.
 type mergedCache struct {
 	mu sync.Mutex
-	m  map[string][]hourGroup
+	m  map[string]*mergedEntry
+}
+
+type mergedEntry struct {
+	mask    uint32        // the quantities whose sketches are merged
+	groups  []hourGroup   // valid once loading is nil
+	loading chan struct{} // closed when the read ends
 }
 
 type hourGroup struct {
@@ -488,58 +496,114 @@ type hourGroup struct {
 	stats *window.Stats
 }
 
+// hotQuantities are read with any other: the latencies the Overview and
+// Diagnostics pages show side by side.
+var hotQuantities = []window.Quantity{window.TTFT, window.TPOT, window.E2E}
+
 // maxCached bounds the cache (a month of hours for a few groupings); it
 // is emptied when full.
 const maxCached = 4000
 
-// get is the period of kind starting at at, grouped by by and filtered by
-// where, from the cache or from load. A nil map from load is "not there
-// yet": answered as nil, and not kept.
-func (c *mergedCache) get(ctx context.Context, kind string, at time.Time, by []string, where map[string]string, load func() (map[window.Key]*window.Stats, error)) ([]hourGroup, error) {
+// rowLoader hands every stored row of a period to emit, and says whether
+// the period is there at all (a day not yet compacted is not).
+type rowLoader func(emit func(k window.Key, data []byte)) (bool, error)
+
+func maskOf(qs []window.Quantity) uint32 {
+	var m uint32
+	for _, q := range qs {
+		m |= 1 << q
+	}
+	return m
+}
+
+// get is the period of kind starting at at, grouped by by, filtered by
+// where, with the sketches of qs (and more), from the cache or from load;
+// nil when load finds no period (not kept: it may come).
+func (c *mergedCache) get(ctx context.Context, kind string, at time.Time, by []string, where map[string]string, qs []window.Quantity, load rowLoader) ([]hourGroup, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%d|%s", kind, at.Unix(), strings.Join(by, ","))
 	for _, l := range slices.Sorted(maps.Keys(where)) {
 		fmt.Fprintf(&b, "|%s=%q", l, where[l])
 	}
 	key := b.String()
-	c.mu.Lock()
-	hg, ok := c.m[key]
+	want := maskOf(qs)
+	if len(qs) == 0 {
+		want = 1<<window.AllQuantity - 1
+	}
+	var e *mergedEntry
+	for {
+		c.mu.Lock()
+		e = c.m[key]
+		if e == nil || e.loading == nil && e.mask&want != want {
+			break // c.mu held: this caller reads the period
+		}
+		if e.loading == nil {
+			c.mu.Unlock()
+			return e.groups, nil
+		}
+		ch := e.loading
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	read := slices.Concat(qs, hotQuantities)
+	if len(qs) == 0 {
+		read = nil // every quantity
+	}
+	mine := &mergedEntry{mask: want | maskOf(hotQuantities), loading: make(chan struct{})}
+	if len(qs) == 0 {
+		mine.mask = want
+	}
+	if c.m == nil || len(c.m) >= maxCached {
+		c.m = map[string]*mergedEntry{}
+	}
+	c.m[key] = mine
 	c.mu.Unlock()
-	if ok {
-		return hg, nil
-	}
-	series, err := load()
-	if err != nil || series == nil {
-		return nil, err
-	}
+
 	groups := map[string]*hourGroup{}
-	for k, s := range series {
-		if !matches(k, where) {
-			continue
+	found, err := load(func(k window.Key, data []byte) {
+		if len(data) == 0 || !matches(k, where) {
+			return // a day's marker row, or not asked for
 		}
 		gk := window.GroupKey(k, by)
 		g := groups[gk]
 		if g == nil {
-			g = &hourGroup{stats: s}
+			g = &hourGroup{stats: &window.Stats{}}
 			for _, l := range by {
 				setLabel(&g.key, l, k.Label(l))
 			}
 			groups[gk] = g
-			continue
 		}
-		g.stats.Merge(s)
-	}
-	hg = make([]hourGroup, 0, len(groups))
+		_ = g.stats.MergeBinary(data, read...) // an unreadable row is skipped
+	})
+	hg := make([]hourGroup, 0, len(groups))
 	for _, g := range groups {
 		hg = append(hg, *g)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCached {
-		c.m = map[string][]hourGroup{}
+	if err != nil || !found {
+		if c.m[key] == mine {
+			delete(c.m, key)
+		}
+		hg = nil
+	} else {
+		mine.groups = hg
 	}
-	c.m[key] = hg
+	close(mine.loading)
+	mine.loading = nil
 	c.mu.Unlock()
-	return hg, nil
+	return hg, err
+}
+
+// hourLoader reads the stored UTC hour h: its hour rows, or its minutes
+// where it has none.
+func (a *API) hourLoader(ctx context.Context, h time.Time) rowLoader {
+	return func(emit func(window.Key, []byte)) (bool, error) {
+		return true, window.EachHourRow(ctx, a.o.Store, h, emit)
+	}
 }
 
 // wholeHour says whether the UTC hour h lies whole in [tl.from, end) and
@@ -559,7 +623,7 @@ type storedDay struct {
 // one step that the store has compacted (window.Compactor), by their
 // start (Unix s), read a few at a time: a day's rows replace its 24
 // hours'.
-func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string) map[int64]storedDay {
+func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity) map[int64]storedDay {
 	loc := a.o.Loc
 	if loc == nil {
 		loc = time.UTC
@@ -574,29 +638,12 @@ func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []
 	out := map[int64]storedDay{}
 	var mu sync.Mutex
 	parallel(ctx, starts, func(d time.Time) {
-		hg, err := a.merged.get(ctx, "d", d, by, where, func() (map[window.Key]*window.Stats, error) {
+		hg, err := a.merged.get(ctx, "d", d, by, where, qs, func(emit func(window.Key, []byte)) (bool, error) {
 			rows, err := a.o.Store.WindowDays(ctx, d, d.Add(time.Second))
-			if err != nil || len(rows) == 0 {
-				return nil, err // not compacted (yet): read by the hour
-			}
-			series := map[window.Key]*window.Stats{}
 			for _, r := range rows {
-				if len(r.Data) == 0 {
-					continue // the marker of a day without traffic
-				}
-				s := &window.Stats{}
-				if err := s.UnmarshalBinary(r.Data); err != nil {
-					a.o.Log.Warn("skipping an unreadable window day", "day", r.Start, "err", err)
-					continue
-				}
-				k := window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}
-				if old := series[k]; old != nil {
-					old.Merge(s)
-				} else {
-					series[k] = s
-				}
+				emit(window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
 			}
-			return series, nil
+			return len(rows) > 0, err // none: not compacted (yet), read by the hour
 		})
 		if err != nil {
 			a.o.Log.Warn("could not read a compacted window day; reading its hours", "day", d, "err", err)
@@ -615,7 +662,7 @@ func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []
 // not within a compacted day, a few at a time: decoding sketches is
 // CPU-bound, and a range of days has hundreds of hours to decode on its
 // first call.
-func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, days map[int64]storedDay) {
+func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity, days map[int64]storedDay) {
 	var hours []time.Time
 	for t := tl.from; t.Before(end); {
 		if d, ok := days[t.Unix()]; ok {
@@ -630,9 +677,7 @@ func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by
 	}
 	parallel(ctx, hours, func(h time.Time) {
 		// Errors are met again, and returned, by the caller's read.
-		_, _ = a.merged.get(ctx, "h", h, by, where, func() (map[window.Key]*window.Stats, error) {
-			return window.ReadHour(ctx, a.o.Store, h)
-		})
+		_, _ = a.merged.get(ctx, "h", h, by, where, qs, a.hourLoader(ctx, h))
 	})
 }
 
@@ -917,11 +962,12 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 	if a.o.Windows != nil && to.Sub(from) <= maxWindowRange {
 		tl := &timeline{from: from, to: to, step: "range", d: to.Sub(from), starts: []time.Time{from}}
 		lat := map[string]pct{}
-		for _, qty := range []window.Quantity{window.E2E, window.TTFT} {
-			groups, err := a.windowStats(ctx, tl, nil, nil, qty)
-			if err != nil {
-				return nil, err
-			}
+		qs := []window.Quantity{window.E2E, window.TTFT}
+		groups, err := a.windowStats(ctx, tl, nil, nil, qs...)
+		if err != nil {
+			return nil, err
+		}
+		for _, qty := range qs {
 			var p pct
 			if g := groups[""]; g != nil {
 				p.P50, p.P95, p.P99, p.Count = quantiles(g.stats[0], qty)

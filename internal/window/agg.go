@@ -395,23 +395,29 @@ type HourReader interface {
 // skipped.
 func ReadHour(ctx context.Context, st HourReader, h time.Time) (map[Key]*Stats, error) {
 	series := map[Key]*Stats{}
-	add := func(k Key, data []byte) { decodeInto(series, k, data) }
+	err := EachHourRow(ctx, st, h, func(k Key, data []byte) { decodeInto(series, k, data) })
+	return series, err
+}
+
+// EachHourRow hands f every stored row of the closed UTC hour [h, h+1h),
+// encoded: its hour rows when it has any, else its minutes.
+func EachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) error {
 	hrs, err := st.WindowHours(ctx, h, h.Add(time.Hour))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(hrs) > 0 {
 		for _, r := range hrs {
-			add(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
+			f(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
 		}
-		return series, nil
+		return nil
 	}
 	rows, err := st.WindowMinutes(ctx, h, h.Add(time.Hour))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, r := range rows {
-		add(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
+		f(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
 	}
-	return series, nil
+	return nil
 }

@@ -281,41 +281,53 @@ func encodeSketch(b []byte, sk *ddsketch.DDSketch) []byte {
 	return b
 }
 
-func decodeSketch(b []byte) (*ddsketch.DDSketch, error) {
+// scanSketch checks an encoded sketch and, when bin is not nil, hands it
+// each positive bin; it answers the count at zero.
+func scanSketch(b []byte, bin func(i int, c float64)) (float64, error) {
 	count := func(b []byte) (float64, bool) {
 		c := math.Float64frombits(binary.LittleEndian.Uint64(b))
 		return c, c >= 0 && !math.IsInf(c, 0) && !math.IsNaN(c)
 	}
 	if len(b) < 8 {
-		return nil, errCorrupt
+		return 0, errCorrupt
 	}
 	zero, ok := count(b)
 	if !ok {
-		return nil, errCorrupt
+		return 0, errCorrupt
 	}
 	r := bytes.NewReader(b[8:])
 	n, err := binary.ReadUvarint(r)
 	if err != nil || n > uint64(r.Len()/9) { // a bin takes at least 9 bytes
-		return nil, errCorrupt
+		return 0, errCorrupt
 	}
-	pos := sketchstore.NewBufferedPaginatedStore()
 	var buf [8]byte
 	for range n {
 		i, err := binary.ReadVarint(r)
 		if err != nil || i < int64(minIndex) || i > int64(maxIndex) {
-			return nil, errCorrupt
+			return 0, errCorrupt
 		}
 		if _, err := io.ReadFull(r, buf[:]); err != nil {
-			return nil, errCorrupt
+			return 0, errCorrupt
 		}
 		c, ok := count(buf[:])
 		if !ok || c == 0 {
-			return nil, errCorrupt
+			return 0, errCorrupt
 		}
-		pos.AddWithCount(int(i), c)
+		if bin != nil {
+			bin(int(i), c)
+		}
 	}
 	if r.Len() != 0 {
-		return nil, errCorrupt
+		return 0, errCorrupt
+	}
+	return zero, nil
+}
+
+func decodeSketch(b []byte) (*ddsketch.DDSketch, error) {
+	pos := sketchstore.NewBufferedPaginatedStore()
+	zero, err := scanSketch(b, pos.AddWithCount)
+	if err != nil {
+		return nil, err
 	}
 	sk := ddsketch.NewDDSketch(indexMapping, pos, sketchstore.NewBufferedPaginatedStore())
 	if zero > 0 {
@@ -326,8 +338,9 @@ func decodeSketch(b []byte) (*ddsketch.DDSketch, error) {
 
 var errCorrupt = errors.New("window: corrupt stats encoding")
 
-// UnmarshalBinary decodes what MarshalBinary encoded.
-func (s *Stats) UnmarshalBinary(data []byte) error {
+// parse reads an encoding's sums into s (which it resets) and hands each
+// sketch's encoding, unchecked, to sketch.
+func (s *Stats) parse(data []byte, sketch func(q Quantity, enc []byte) error) error {
 	*s = Stats{}
 	r := bytes.NewReader(data)
 	v, err := r.ReadByte()
@@ -359,19 +372,71 @@ func (s *Stats) UnmarshalBinary(data []byte) error {
 		}
 		s.CostNanos[string(c)] = nanos
 	}
+	var seen [numQuantities]bool
 	for r.Len() > 0 {
 		q, _ := r.ReadByte()
 		l, err := binary.ReadUvarint(r)
-		if err != nil || q >= byte(numQuantities) || int(l) > r.Len() {
+		if err != nil || q >= byte(numQuantities) || int(l) > r.Len() || seen[q] {
 			return errCorrupt
 		}
-		enc := make([]byte, l)
-		_, _ = r.Read(enc)
-		sk, err := decodeSketch(enc)
-		if err != nil || s.sketches[q] != nil {
+		seen[q] = true
+		at := len(data) - r.Len()
+		if err := sketch(Quantity(q), data[at:at+int(l)]); err != nil {
 			return fmt.Errorf("%w: sketch %d", errCorrupt, q)
 		}
-		s.sketches[q] = sk
+		_, _ = r.Seek(int64(l), io.SeekCurrent)
+	}
+	return nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary encoded.
+func (s *Stats) UnmarshalBinary(data []byte) error {
+	var sk [numQuantities]*ddsketch.DDSketch
+	err := s.parse(data, func(q Quantity, enc []byte) (err error) {
+		sk[q], err = decodeSketch(enc)
+		return err
+	})
+	if err != nil {
+		*s = Stats{}
+		return err
+	}
+	s.sketches = sk
+	return nil
+}
+
+// MergeBinary adds what MarshalBinary encoded to s, decoding the sketches
+// of qs only (every one when none is given) and straight into s's: what
+// a reader merging thousands of stored rows into a few groups needs,
+// without a sketch allocated per row. A corrupt encoding changes nothing.
+func (s *Stats) MergeBinary(data []byte, qs ...Quantity) error {
+	want := func(q Quantity) bool { return len(qs) == 0 || slices.Contains(qs, q) }
+	var sums Stats
+	var encs [numQuantities][]byte
+	err := sums.parse(data, func(q Quantity, enc []byte) error {
+		if !want(q) {
+			return nil
+		}
+		if _, err := scanSketch(enc, nil); err != nil {
+			return err
+		}
+		encs[q] = enc
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.merge(&sums, AllQuantity)
+	for q, enc := range encs {
+		if enc == nil {
+			continue
+		}
+		if s.sketches[q] == nil {
+			s.sketches[q] = newSketch()
+		}
+		zero, _ := scanSketch(enc, s.sketches[q].GetPositiveValueStore().AddWithCount)
+		if zero > 0 {
+			_ = s.sketches[q].AddWithCount(0, zero)
+		}
 	}
 	return nil
 }

@@ -167,6 +167,56 @@ func TestCorruptEncodingIsAnError(t *testing.T) {
 // encode and decode again to the same thing; never a panic, and never a
 // sketch larger than its input allows (the library's own decoder could be
 // made to allocate gigabytes by a few bytes).
+// TestMergeBinary: merging encodings straight into a Stats equals
+// decoding them and merging, for every quantity or some; the sketches not
+// asked for are left out.
+func TestMergeBinary(t *testing.T) {
+	parts := make([][]byte, 5)
+	var want Stats
+	for p := range parts {
+		var s Stats
+		for i := range 40 {
+			s.Add(req([]string{"m", "n"}[p%2], t0.Add(time.Duration(p*40+i)*time.Second), time.Duration(1+(p*7+i)%90)*10*time.Millisecond, time.Duration(1+i%5)*time.Second, int64(100*i), 7))
+		}
+		parts[p], _ = s.MarshalBinary()
+		want.Merge(&s)
+	}
+	var all, some Stats
+	for _, b := range parts {
+		if err := all.MergeBinary(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := some.MergeBinary(b, E2E, TTFT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if all.Requests != want.Requests || some.Requests != want.Requests || all.Input != want.Input || some.CostNanos["USD"] != want.CostNanos["USD"] {
+		t.Errorf("sums: all %+v, some %+v, want %+v", all, some, want)
+	}
+	for q := range numQuantities {
+		for _, p := range []float64{0.5, 0.95, 0.99} {
+			w, wn := want.Quantile(q, p)
+			g, gn := all.Quantile(q, p)
+			same := func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+			if !same(w, g) || wn != gn {
+				t.Errorf("%s p%v: merged %v over %d, decoded %v over %d", q, p*100, g, gn, w, wn)
+			}
+			g, gn = some.Quantile(q, p)
+			if q == E2E || q == TTFT {
+				if !same(w, g) || wn != gn {
+					t.Errorf("%s p%v (asked): merged %v over %d, decoded %v over %d", q, p*100, g, gn, w, wn)
+				}
+			} else if gn != 0 {
+				t.Errorf("%s (not asked): %d values merged, want none", q, gn)
+			}
+		}
+	}
+	before := all.Requests
+	if err := all.MergeBinary(parts[0][:len(parts[0])-3]); err == nil || all.Requests != before {
+		t.Errorf("a truncated encoding: %v, requests %d → %d; want an error and no change", err, before, all.Requests)
+	}
+}
+
 func FuzzStatsUnmarshal(f *testing.F) {
 	var s Stats
 	for i := range 50 {
@@ -177,8 +227,23 @@ func FuzzStatsUnmarshal(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s Stats
+		var m Stats
+		m.Requests = 1
 		if err := s.UnmarshalBinary(data); err != nil {
+			if err := m.MergeBinary(data); err == nil || m.Requests != 1 {
+				t.Fatalf("MergeBinary of what UnmarshalBinary refuses: %v, requests %d (want an error and no change)", err, m.Requests)
+			}
 			return
+		}
+		if err := m.MergeBinary(data); err != nil || m.Requests != s.Requests+1 {
+			t.Fatalf("MergeBinary of what UnmarshalBinary reads: %v, requests %d, want %d", err, m.Requests, s.Requests+1)
+		}
+		for q := range numQuantities {
+			v1, n1 := s.Quantile(q, 0.5)
+			v2, n2 := m.Quantile(q, 0.5)
+			if n1 != n2 || (v1 != v2 && !(math.IsNaN(v1) && math.IsNaN(v2))) {
+				t.Fatalf("%s: P50 %v over %d decoded, %v over %d merged", q, v1, n1, v2, n2)
+			}
 		}
 		b, err := s.MarshalBinary()
 		if err != nil {
