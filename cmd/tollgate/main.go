@@ -46,6 +46,8 @@ Usage:
                     count tokens exactly with the model's own tokenizer (and chat template)
   tollgate alerts   test [-v] FILE | rules [--config FILE]
                     unit-test alert rules on synthetic traffic; list the rules that run
+  tollgate bench    [--base-url URL] [--rate R | --concurrency C] [--num-prompts N] ...
+                    load-test an OpenAI-compatible endpoint (TTFT, TPOT, ITL, E2EL, throughput)
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
