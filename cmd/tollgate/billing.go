@@ -73,6 +73,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	mapping := fs.String("map", "", "generic CSV columns: day=,day_layout=,model=,key=,requests=,input=,cached=,output=,cost=,currency=,cost_currency=")
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "JSON instead of a table")
+	noSave := fs.Bool("no-save", false, "do not keep this run in the ledger file (the dashboard's Cost page lists kept runs)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +105,22 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rep := cost.Reconcile(bill, ledger, cost.DefaultTolerance())
+	tol := cost.DefaultTolerance()
+	rep := cost.Reconcile(bill, ledger, tol)
+	if !*noSave {
+		// Kept before printing, so that what the dashboard lists is what
+		// this command showed.
+		runs, err := billing.OpenRuns(ctx, *db)
+		if err != nil {
+			return err
+		}
+		defer runs.Close()
+		id, err := runs.Save(ctx, billing.NewRun(time.Now(), *billPath, *format, days[0], days[len(days)-1], tol, rep), rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "kept as reconciliation run %d (dashboard: Cost → Reconciliation; --no-save to skip)\n", id)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
@@ -335,6 +336,22 @@ func TestRerateAndReconcileCLI(t *testing.T) {
 	}
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Lines) != 2 {
 		t.Errorf("reconcile (err %v):\n%s", err, out)
+	}
+	// The run is kept in the ledger file for the dashboard, unless --no-save.
+	if _, _, err := runCmd(t, "reconcile", "--bill", bill, "--bill-format", "generic", "--map", "day=day,model=model,input=input,output=output", "--db", db, "--no-save"); err != nil {
+		t.Errorf("reconcile --no-save: %v", err)
+	}
+	runs, err := billing.OpenRuns(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runs.Close()
+	kept, err := runs.List(context.Background(), 10)
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("kept runs: %+v %v, want the one run without --no-save", kept, err)
+	}
+	if k := kept[0]; k.Bill != bill || k.Format != "generic" || k.From != "2025-03-14" || k.To != "2025-03-14" || k.Lines != 2 || !k.OverTolerance {
+		t.Errorf("kept run: %+v", k)
 	}
 	for _, args := range [][]string{{"rerate"}, {"reconcile"}, {"reconcile", "--bill", bill, "--bill-format", "generic", "--db", db}} {
 		if _, _, err := runCmd(t, args...); err == nil {

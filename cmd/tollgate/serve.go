@@ -407,8 +407,16 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	baseCtx, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
-	api := web.NewAPI(web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter)})
+	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
+		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter)}
+	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
+	if runs, err := billing.OpenRuns(ctx, cfg.Store.SQLite.Path); err != nil {
+		log.Warn("reconciliation runs unavailable; the dashboard lists none", "err", err)
+	} else {
+		defer runs.Close()
+		apiOpts.Reconciliations = runs
+	}
+	api := web.NewAPI(apiOpts)
 	if len(cfg.API.Tokens) == 0 {
 		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
 	}

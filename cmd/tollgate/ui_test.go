@@ -48,6 +48,43 @@ type uiRecord struct {
 	TokenTimeline [][2]float64 `json:"token_timeline"`
 }
 
+// reconLine is the part of a reconciliation line the dashboard test uses.
+type reconLine struct {
+	Day, Model, Side, Severity string
+	Ledger                     reconCounts
+	Diff, Unexplained          reconCounts
+}
+
+type reconCounts struct{ Requests, Input, Cached, Output int64 }
+
+func (c reconCounts) tokens() int64 { return c.Input + c.Output }
+
+// signed is how the dashboard writes a difference: +12, 0, -3.
+func signed(n int64) string {
+	if n > 0 {
+		return "+" + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// sumSeries adds up the requests of every point of a /api/v1/series answer.
+func sumSeries(t *testing.T, url string) string {
+	t.Helper()
+	var se struct {
+		Series []struct {
+			Points []struct{ Requests int64 }
+		}
+	}
+	getJSON(t, url, &se)
+	var n int64
+	for _, s := range se.Series {
+		for _, p := range s.Points {
+			n += p.Requests
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -178,6 +215,51 @@ quotas:
 	}
 	api := one.Attempts[0]
 
+	// Reconciliation, through the CLI against the running gateway's file:
+	// first what the ledger holds (a bill of one unknown line, not kept),
+	// then a bill equal to the ledger and one billing a fifth more output,
+	// both kept for the Cost page.
+	db := filepath.Join(dir, "ui.db")
+	writeBill := func(name string, lines []reconLine, extraOutput func(int64) int64) string {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("day,model,requests,input,cached,output\n")
+		for _, l := range lines {
+			fmt.Fprintf(&b, "%s,%s,%d,%d,%d,%d\n", l.Day, l.Model, l.Ledger.Requests, l.Ledger.Input, l.Ledger.Cached, extraOutput(l.Ledger.Output))
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	reconcile := func(bill string, more ...string) string {
+		t.Helper()
+		out, errOut, err := runCmd(t, append([]string{"reconcile", "--bill", bill, "--bill-format", "generic", "--db", db,
+			"--map", "day=day,model=model,requests=requests,input=input,cached=cached,output=output"}, more...)...)
+		if err != nil {
+			t.Fatalf("reconcile %s: %v\n%s", bill, err, errOut)
+		}
+		return out
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	probe := writeBill("probe.csv", []reconLine{{Day: today, Model: "no-such-model-billed"}}, func(int64) int64 { return 1 })
+	var held struct{ Lines []reconLine }
+	if err := json.Unmarshal([]byte(reconcile(probe, "--no-save", "--json")), &held); err != nil {
+		t.Fatal(err)
+	}
+	var ledgerLines []reconLine
+	for _, l := range held.Lines {
+		if l.Side == "ledger_only" {
+			ledgerLines = append(ledgerLines, l)
+		}
+	}
+	if len(ledgerLines) == 0 {
+		t.Fatalf("the ledger holds no line to reconcile: %+v", held.Lines)
+	}
+	reconcile(writeBill("matching.csv", ledgerLines, func(n int64) int64 { return n }))
+	reconcile(writeBill("over.csv", ledgerLines, func(n int64) int64 { return n + n/5 + 1 }))
+
 	// The browser, with every console error and uncaught exception kept.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.WindowSize(1360, 900), chromedp.Flag("lang", "en-US"))
@@ -185,7 +267,7 @@ quotas:
 	defer cancelA()
 	ctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, 150*time.Second)
 	defer cancelT()
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start chromium: %v", err)
@@ -249,6 +331,14 @@ quotas:
 			t.Fatalf("read %s: %v", sel, err)
 		}
 		return strings.TrimSpace(s)
+	}
+	attr := func(sel, name string) string { // "" when sel matches nothing
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {getAttribute: () => ''}).getAttribute(%q) || ''`, sel, name)))
+		if err != nil {
+			t.Fatalf("read %s of %s: %v", name, sel, err)
+		}
+		return v
 	}
 	noKeys := func(where string) {
 		t.Helper()
@@ -356,6 +446,82 @@ quotas:
 		t.Errorf("budget burn shows %d rows, /api/v1/quotas %d", n, len(qs.Quotas))
 	}
 	checkClean("Cost, budget burn")
+
+	// Reconciliation: one row per kept run with /api/v1/reconciliations'
+	// totals, the run over tolerance highlighted, and its link opening the
+	// run's lines.
+	var recs struct {
+		Reconciliations []struct {
+			ID            int64
+			Bill          string
+			Severity      string
+			OverTolerance bool        `json:"over_tolerance"`
+			BillTotal     reconCounts `json:"bill_total"`
+			LedgerTotal   reconCounts `json:"ledger_total"`
+			Diff          reconCounts
+			Unexplained   reconCounts
+		}
+	}
+	getJSON(t, base+"/api/v1/"+attr(`[data-testid=reconcile]`, "data-api"), &recs)
+	if len(recs.Reconciliations) != 2 {
+		t.Fatalf("/api/v1/reconciliations lists %d runs, want the 2 kept", len(recs.Reconciliations))
+	}
+	if n := eval(`document.querySelectorAll('[data-testid=reconcile] tbody tr').length`); n != len(recs.Reconciliations) {
+		t.Errorf("Reconciliation shows %d runs, the API %d", n, len(recs.Reconciliations))
+	}
+	var overID int64
+	for _, r := range recs.Reconciliations {
+		row := fmt.Sprintf(`[data-testid=reconcile] tr[data-run-id="%d"] `, r.ID)
+		for _, c := range []struct {
+			what, sel, want string
+		}{
+			{"bill tokens", "[data-testid=recon-bill-tokens]", strconv.FormatInt(r.BillTotal.tokens(), 10)},
+			{"ledger tokens", "[data-testid=recon-ledger-tokens]", strconv.FormatInt(r.LedgerTotal.tokens(), 10)},
+			{"difference", "[data-testid=recon-diff]", signed(r.Diff.tokens())},
+			{"unexplained", "[data-testid=recon-unexplained]", signed(r.Unexplained.tokens())},
+		} {
+			if got := textOf(row + c.sel); got != c.want {
+				t.Errorf("run %d (%s): %s shown %q, API %s", r.ID, r.Bill, c.what, got, c.want)
+			}
+		}
+		if got := attr(row+"[data-testid=recon-status]", "data-severity"); got != r.Severity {
+			t.Errorf("run %d: status %q, API %q", r.ID, got, r.Severity)
+		}
+		highlighted := eval(`document.querySelector('`+row+`').closest('tr').classList.contains('recon-over') ? 1 : 0`) == 1
+		if highlighted != r.OverTolerance {
+			t.Errorf("run %d (%s, %s): highlighted %v, over tolerance %v", r.ID, r.Bill, r.Severity, highlighted, r.OverTolerance)
+		}
+		if strings.HasSuffix(r.Bill, "over.csv") {
+			overID = r.ID
+			if !r.OverTolerance || r.Diff.Output <= 0 {
+				t.Errorf("the bill with a fifth more output is not over tolerance: %+v", r)
+			}
+		} else if r.OverTolerance || r.Diff != (reconCounts{}) {
+			t.Errorf("the bill equal to the ledger differs: %+v", r)
+		}
+	}
+	checkClean("Cost, reconciliation")
+	shot("cost_reconciliation_en")
+	run("reconciliation run", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-run-id="%d"] a[data-testid=recon-link]`, overID))), ready("reconciliation"))
+	var oneRun struct {
+		Report struct{ Lines []reconLine }
+	}
+	getJSON(t, fmt.Sprintf("%s/api/v1/reconciliations/%d", base, overID), &oneRun)
+	if n := eval(`document.querySelectorAll('[data-testid=recon-lines-table] tbody tr').length`); n != len(oneRun.Report.Lines) || n == 0 {
+		t.Errorf("run %d shows %d lines, the API %d", overID, n, len(oneRun.Report.Lines))
+	}
+	for _, l := range oneRun.Report.Lines {
+		row := fmt.Sprintf(`[data-testid=recon-lines-table] tr[data-day=%q][data-model=%q] `, l.Day, l.Model)
+		if got := textOf(row + "[data-testid=recon-line-diff]"); got != signed(l.Diff.tokens()) {
+			t.Errorf("line %s %s: difference %q, API %s", l.Day, l.Model, got, signed(l.Diff.tokens()))
+		}
+		if got := attr(row+"[data-testid=recon-status]", "data-severity"); got != l.Severity {
+			t.Errorf("line %s %s: status %q, API %q", l.Day, l.Model, got, l.Severity)
+		}
+	}
+	noKeys("Reconciliation run")
+	checkClean("Reconciliation run")
+	shot("reconciliation_run_en")
 
 	// Overview: the request count is the API's, for the period the page asked for.
 	str := func(expr string) string {
@@ -483,4 +649,8 @@ quotas:
 		checkClean(p + " (zh)")
 		shot(p + "_zh")
 	}
+	run("reconciliation run (zh)", chromedp.Navigate(fmt.Sprintf("%s/ui/#/reconciliation/%d", base, overID)), ready("reconciliation"))
+	noKeys("reconciliation run (zh)")
+	checkClean("reconciliation run (zh)")
+	shot("reconciliation_run_zh")
 }

@@ -48,6 +48,9 @@ type Options struct {
 	// Quotas reports today's daily-quota usage; nil when no quota is
 	// configured (GET /api/v1/quotas then answers an empty list).
 	Quotas quota.UsageReader
+	// Reconciliations are the kept bill reconciliation runs; nil answers
+	// an empty list.
+	Reconciliations Reconciliations
 }
 
 // API is the /api/v1/ handler.
@@ -84,6 +87,8 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/overview", a.read(a.overview))
 	a.mux.HandleFunc("GET /api/v1/diagnose", a.read(a.diagnose))
 	a.mux.HandleFunc("GET /api/v1/quotas", a.read(a.quotas))
+	a.mux.HandleFunc("GET /api/v1/reconciliations", a.read(a.listReconciliations))
+	a.mux.HandleFunc("GET /api/v1/reconciliations/{id}", a.read(a.getReconciliation))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -418,6 +418,105 @@
           h('th', {}, t('budget.burn')), h('th', { class: 'num' }, t('budget.share')))),
         h('tbody', {}, rows)));
   }
+  // ---- Reconciliation -----------------------------------------------------
+  // Runs of `tollgate reconcile` (GET /api/v1/reconciliations): a provider's
+  // bill against the ledger. Tokens are input + output; the difference is
+  // bill − ledger, highlighted when a run is over its tolerance.
+  const tokensOf = (c) => (c ? (c.input || 0) + (c.output || 0) : 0);
+  const signedInt = (v) => (isNum(v) ? (v > 0 ? '+' : '') + fmtInt(v) : dash);
+  const moneyList = (l) => (l && l.length ? l.map((m) => fmtMoney(Number(m.amount), m.currency)).join(' · ') : dash);
+  function severityLabel(s) {
+    switch (s) {
+      case 'ok': return t('recon.severity_ok');
+      case 'explained': return t('recon.severity_explained');
+      case 'warning': return t('recon.severity_warning');
+      case 'critical': return t('recon.severity_critical');
+      default: return s;
+    }
+  }
+  function sideLabel(s) {
+    switch (s) {
+      case 'both': return t('recon.side_both');
+      case 'bill_only': return t('recon.side_bill_only');
+      case 'ledger_only': return t('recon.side_ledger_only');
+      default: return s;
+    }
+  }
+  function causeLabel(c) {
+    switch (c) {
+      case 'cached_convention': return t('recon.cause_cached_convention');
+      case 'retry_billed': return t('recon.cause_retry_billed');
+      case 'stream_cut': return t('recon.cause_stream_cut');
+      case 'tokenizer': return t('recon.cause_tokenizer');
+      case 'batch_api': return t('recon.cause_batch_api');
+      default: return c;
+    }
+  }
+  const sevBadge = (s) => h('span', { class: 'badge ' + s, 'data-testid': 'recon-status', 'data-severity': s }, severityLabel(s));
+  function relDiff(diff, base) {
+    if (!base) return '';
+    return ' (' + (diff > 0 ? '+' : '') + ((diff / base) * 100).toFixed(2) + ' %)';
+  }
+  function reconBody(runs) {
+    if (!runs.length) return h('p', { class: 'placeholder', 'data-testid': 'recon-empty' }, t('recon.none'));
+    const cols = [
+      { label: t('recon.when'), cell: (r) => h('a', { href: href('reconciliation', String(r.id)), 'data-testid': 'recon-link' }, fmtTime(r.at).slice(0, 19)) },
+      { label: t('recon.bill'), cell: (r) => h('span', { title: r.bill + ' (' + r.format + ')' }, r.bill.split(/[\\/]/).pop()) },
+      { label: t('recon.period'), cell: (r) => (r.from === r.to ? r.from : r.from + ' – ' + r.to) },
+      { label: t('recon.requests'), num: true, cell: (r) => fmtInt(r.bill_total.requests) + ' / ' + fmtInt(r.ledger_total.requests) },
+      { label: t('recon.bill_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'recon-bill-tokens' }, fmtInt(tokensOf(r.bill_total))) },
+      { label: t('recon.ledger_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'recon-ledger-tokens' }, fmtInt(tokensOf(r.ledger_total))) },
+      { label: t('recon.diff'), num: true, cell: (r) => h('span', { class: 'recon-diff' }, h('span', { 'data-testid': 'recon-diff' }, signedInt(tokensOf(r.diff))), relDiff(tokensOf(r.diff), tokensOf(r.bill_total))) },
+      { label: t('recon.unexplained'), num: true, cell: (r) => h('span', { 'data-testid': 'recon-unexplained' }, signedInt(tokensOf(r.unexplained))) },
+      { label: t('recon.cost'), num: true, cell: (r) => moneyList(r.bill_cost) + ' / ' + moneyList(r.ledger_cost) },
+      { label: t('recon.status'), cell: (r) => sevBadge(r.severity) },
+    ];
+    return h('table', { 'data-testid': 'recon-table' },
+      h('thead', {}, h('tr', {}, cols.map((c) => h('th', { class: c.num ? 'num' : null }, c.label)))),
+      h('tbody', {}, runs.map((r) => h('tr', { 'data-run-id': String(r.id), class: r.over_tolerance ? 'recon-over' : null },
+        cols.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(r)))))));
+  }
+  async function pageReconciliation(main, id) {
+    main.append(h('p', {}, h('a', { href: '#/cost' }, '← ' + t('recon.back'))));
+    let data;
+    try { data = await api('reconciliations/' + encodeURIComponent(id)); } catch (err) { main.append(errorBox(err)); return; }
+    const r = data.reconciliation, rep = data.report || {};
+    const lines = rep.lines || [];
+    main.append(h('h1', {}, t('recon.run_title', { id: r.id })));
+    main.append(h('div', { class: 'card', 'data-testid': 'recon-summary' },
+      kv([[t('recon.when'), fmtTime(r.at)], [t('recon.bill'), h('code', {}, r.bill)], [t('recon.format'), r.format],
+        [t('recon.period'), r.from + ' – ' + r.to], [t('recon.status'), sevBadge(r.severity)],
+        [t('recon.tolerance'), t('recon.tolerance_value', { warn: (r.tolerance.warn * 100).toFixed(1), critical: (r.tolerance.critical * 100).toFixed(1) })]]),
+      h('p', { class: 'hint' }, t('recon.run_hint'))));
+    const Q = [['requests', t('col.requests')], ['input', t('col.input_tokens')], ['cached', t('col.cached_input_tokens')], ['output', t('col.output_tokens')]];
+    const causes = Object.keys(r.explained || {}).sort();
+    main.append(h('div', { class: 'card', 'data-testid': 'recon-totals' }, h('h2', {}, t('recon.totals')),
+      table([
+        { label: t('recon.quantity'), cell: ([k, label]) => label },
+        { label: t('recon.bill'), num: true, cell: ([k]) => fmtInt(r.bill_total[k]) },
+        { label: t('recon.ledger'), num: true, cell: ([k]) => fmtInt(r.ledger_total[k]) },
+        { label: t('recon.diff'), num: true, cell: ([k]) => signedInt(r.diff[k]) },
+        ...causes.map((c) => ({ label: causeLabel(c), num: true, cell: ([k]) => signedInt(r.explained[c][k]) })),
+        { label: t('recon.unexplained'), num: true, cell: ([k]) => signedInt(r.unexplained[k]) },
+      ], Q)));
+    const bl = (ln, k) => fmtInt(ln.bill[k]) + ' / ' + fmtInt(ln.ledger[k]);
+    main.append(h('div', { class: 'card', 'data-testid': 'recon-lines' }, h('h2', {}, t('recon.lines', { n: lines.length })), h('p', { class: 'hint' }, t('recon.lines_hint')),
+      lines.length ? h('table', { 'data-testid': 'recon-lines-table' },
+        h('thead', {}, h('tr', {}, [t('col.day'), t('col.model'), t('recon.key'), t('recon.side'), t('recon.status'), t('recon.requests'), t('recon.input'),
+          t('recon.cached'), t('recon.output'), t('recon.diff'), t('recon.unexplained'), t('recon.explained'), t('recon.cost'), t('recon.notes')]
+          .map((l, i) => h('th', { class: i >= 5 && i <= 10 ? 'num' : null }, l)))),
+        h('tbody', {}, lines.map((ln) => h('tr', { class: ln.severity === 'warning' || ln.severity === 'critical' ? 'recon-over' : null, 'data-day': ln.day, 'data-model': ln.model },
+          h('td', {}, ln.day), h('td', {}, ln.model, ln.batch ? h('span', { class: 'muted' }, ' · batch') : null), h('td', {}, ln.key || dash),
+          h('td', {}, sideLabel(ln.side)), h('td', {}, sevBadge(ln.severity)),
+          h('td', { class: 'num' }, bl(ln, 'requests')), h('td', { class: 'num' }, bl(ln, 'input')),
+          h('td', { class: 'num' }, ln.no_cached ? dash : bl(ln, 'cached')), h('td', { class: 'num' }, bl(ln, 'output')),
+          h('td', { class: 'num', 'data-testid': 'recon-line-diff' }, signedInt(tokensOf(ln.diff))),
+          h('td', { class: 'num', 'data-testid': 'recon-line-unexplained' }, signedInt(tokensOf(ln.unexplained))),
+          h('td', {}, (ln.explained || []).map((e) => causeLabel(e.cause) + ' ' + signedInt(tokensOf(e.amount))).join(' · ') || dash),
+          h('td', { class: 'num' }, (ln.bill_cost ? fmtMoney(Number(ln.bill_cost.amount), ln.bill_cost.currency) : dash) + ' / ' + (ln.ledger_cost ? fmtMoney(Number(ln.ledger_cost.amount), ln.ledger_cost.currency) : dash)),
+          h('td', { style: 'white-space:normal' }, (ln.notes || []).join(' '))))))
+        : h('p', { class: 'placeholder' }, t('recon.no_lines'))));
+  }
   async function pageCost(main, params) {
     const from = params.get('from') || '', to = params.get('to') || '';
     const form = h('form', { class: 'filters' },
@@ -442,6 +541,14 @@
         budget.replaceChildren(budgetBody(res.quotas || []));
       } catch (err) { budget.replaceChildren(errorBox(err)); }
     };
+    const recon = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(h('div', { class: 'card', 'data-testid': 'reconcile', 'data-api': 'reconciliations?limit=20' }, h('h2', {}, t('recon.title')), h('p', { class: 'hint' }, t('recon.hint')), recon));
+    const loadRecon = async () => {
+      try {
+        const res = await api('reconciliations?limit=20');
+        recon.replaceChildren(reconBody(res.reconciliations || []));
+      } catch (err) { recon.replaceChildren(errorBox(err)); }
+    };
     const q = new URLSearchParams();
     for (const k of ['from', 'to', 'user', 'biz_line', 'model']) if (params.get(k)) q.set(k, params.get(k));
     const sections = [['top', t('cost.top'), t('cost.top_hint')], ['users', t('cost.users'), ''], ['biz', t('cost.biz'), ''], ['waste', t('cost.waste'), t('cost.waste_hint')]];
@@ -450,7 +557,7 @@
       main.append(h('div', { class: 'card', 'data-testid': 'report-' + kind }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, body));
       return [kind, body];
     });
-    await Promise.all([loadBudget(), ...cards.map(async ([kind, body]) => {
+    await Promise.all([loadBudget(), loadRecon(), ...cards.map(async ([kind, body]) => {
       try {
         const res = await api('reports/' + kind + '?' + q.toString());
         body.replaceChildren(h('p', { class: 'hint' }, t('cost.period', { from: res.from, to: res.to })), reportTable(res));
@@ -823,7 +930,7 @@
     const { page, arg, params } = route();
     document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
     document.querySelectorAll('[data-i18n]').forEach((el) => { el.textContent = t(el.getAttribute('data-i18n')); });
-    document.querySelectorAll('#nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === (page === 'request' ? 'requests' : page)));
+    document.querySelectorAll('#nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === ({ request: 'requests', reconciliation: 'cost' }[page] || page)));
     const main = document.getElementById('main');
     main.replaceChildren();
     main.dataset.page = page;
@@ -833,6 +940,7 @@
         case 'requests': document.title = t('requests.title') + ' · tollgate'; await pageRequests(main, params); break;
         case 'request': document.title = t('request.title') + ' · tollgate'; await pageRequest(main, arg); break;
         case 'cost': document.title = t('cost.title') + ' · tollgate'; await pageCost(main, params); break;
+        case 'reconciliation': document.title = t('recon.title') + ' · tollgate'; await pageReconciliation(main, arg); break;
         case 'alerts': document.title = t('alerts.title') + ' · tollgate'; await pageAlerts(main, params); break;
         case 'overview': document.title = t('overview.title') + ' · tollgate'; await pageOverview(main, params); break;
         case 'diagnostics': document.title = t('diag.title') + ' · tollgate'; await pageDiagnostics(main, params); break;
