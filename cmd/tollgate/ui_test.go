@@ -547,11 +547,50 @@ quotas:
 	checkClean("Overview")
 	shot("overview_24h_en")
 
+	// Overview → Diagnostics by the chart: the mouse over the QPS chart at
+	// the x of a bucket with requests, then a click, opens Diagnostics for
+	// that bucket's range — the target of the bucket's link — counting what
+	// /api/v1/series counts and what the bucket's row showed.
+	bucketT := attr(`a[data-testid=bucket-link]`, "data-t")
+	if bucketT == "" {
+		t.Fatal("Overview lists no bucket with requests")
+	}
+	bucketSel := fmt.Sprintf(`a[data-testid=bucket-link][data-t=%q]`, bucketT)
+	wantHref := attr(bucketSel, "href")
+	bucketRequests := str(fmt.Sprintf(`document.querySelector(%q).closest('tr').children[1].textContent`, bucketSel))
+	var aim struct{ X, Y, Idx float64 }
+	if err := json.Unmarshal([]byte(str(fmt.Sprintf(`(() => {
+		const plot = document.querySelector('[data-testid=chart-qps]'), u = plot.uplot;
+		plot.scrollIntoView({block: 'center'});
+		const x = Date.parse(%q) / 1000, r = u.over.getBoundingClientRect();
+		const px = Math.min(Math.max(r.left + u.valToPos(x, 'x'), r.left + 1), r.right - 1);
+		return JSON.stringify({x: px, y: r.top + r.height / 2, idx: u.data[0].indexOf(x)});
+	})()`, bucketT))), &aim); err != nil || aim.Idx < 0 {
+		t.Fatalf("aim at the bucket %s on the QPS chart: %+v %v", bucketT, aim, err)
+	}
+	run("hover the bucket's point", chromedp.MouseEvent(chromedp.MouseMoved, aim.X, aim.Y))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`document.querySelector('[data-testid=chart-qps]').uplot.cursor.idx === %d`, int(aim.Idx)),
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the QPS chart's cursor never reached bucket %s (index %d): %v", bucketT, int(aim.Idx), err)
+	}
+	run("click the bucket's point", chromedp.MouseClickXY(aim.X, aim.Y), ready("diagnostics"))
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(loc, wantHref) || !strings.Contains(loc, "from=") || !strings.Contains(loc, "to=") || !strings.Contains(loc, "step=") {
+		t.Errorf("a click on the QPS chart at %s lands on %s; want the bucket's range %s", bucketT, loc, wantHref)
+	}
+	if got, want := str(`document.querySelector('[data-testid=diag-requests]').textContent`), sumSeries(t, base+"/api/v1/"+str(`document.querySelector('[data-testid=diag-requests]').dataset.api`)); got != want || got != bucketRequests || got == "0" {
+		t.Errorf("after the chart click Diagnostics counts %q requests; /api/v1/series %s, the bucket's row %s", got, want, bucketRequests)
+	}
+	checkClean("Overview chart click")
+	run("overview again", chromedp.Navigate(base+"/ui/?lang=en#/overview?range=24h"), ready("overview"))
+
 	// Overview → Diagnostics: the busiest bucket's link (the same target as
 	// a click on its chart point) opens Diagnostics for that bucket.
 	run("overview → diagnostics", chromedp.Click(chromedp.CSS(`a[data-testid=bucket-link]`)), ready("diagnostics"))
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	if err != nil {
+	if loc, err = chromedp.Run(ctx, chromedp.Location()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(loc, "#/diagnostics?") || !strings.Contains(loc, "from=") || !strings.Contains(loc, "to=") {

@@ -670,9 +670,23 @@
       scales: { y: { range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] } },
       series, legend: { show: true },
     }, [xs].concat(order.map((i) => data[i])), el);
+    el.uplot = u; // lets a test (or the console) aim at a bucket's point: el.uplot.valToPos(t, 'x')
     if (opts.onPick) {
+      // A click picks the bucket under the cursor. Not on 'click': uPlot
+      // swallows a click whose press and release it placed apart, which
+      // happens on a press that moved a pixel and on the plot's last pixel
+      // (the newest bucket's point). A press and release within 4 px pick;
+      // a longer drag is left to uPlot's zoom.
       u.over.style.cursor = 'pointer';
-      u.over.addEventListener('click', () => { const i = u.cursor.idx; if (i !== null && i !== undefined) opts.onPick(i); });
+      let down = null;
+      u.over.addEventListener('mousedown', (e) => { down = e.button === 0 ? [e.clientX, e.clientY] : null; });
+      u.over.addEventListener('mouseup', (e) => {
+        const d = down;
+        down = null;
+        if (!d || Math.hypot(e.clientX - d[0], e.clientY - d[1]) > 4) return;
+        const i = u.cursor.idx;
+        if (i !== null && i !== undefined) opts.onPick(i);
+      });
     }
     return u;
   }
