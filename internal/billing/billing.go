@@ -1,8 +1,9 @@
 // Package billing applies the price table to the stored ledger: re-rating
 // history after a price change, spreading a self-hosted upstream's
-// GPU-hour cost over the requests it served in that hour, and summing the
-// ledger per day and model for reconciliation with a provider's bill. It
-// sits after the store, beside the reports; the gateway only rates single
+// GPU-hour cost over the requests it served in that hour, summing the
+// ledger per day and model for reconciliation with a provider's bill, and
+// keeping each reconciliation's result for the dashboard (Runs). It sits
+// after the store, beside the reports; the gateway only rates single
 // requests as they end.
 package billing
 

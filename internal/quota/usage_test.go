@@ -268,3 +268,51 @@ func TestPreload(t *testing.T) {
 		t.Errorf("search after a partly failed preload: %+v", b)
 	}
 }
+
+// A preload racing with requests never counts the ledger twice nor loses
+// a commit: whichever of the preload and the first request seeds a scope,
+// usage ends at the ledger's figure plus what the requests committed.
+func TestPreloadRacesRequests(t *testing.T) {
+	const ledger, workers, each = 5000, 16, 10
+	cfg := Config{Users: map[string]Limits{"alice": {DailyTokens: 1_000_000}}, Default: Defaults{BizLine: Limits{DailyTokens: 1_000_000}}}
+	seed := func(context.Context, Scope, time.Time) (int64, int64, error) { return ledger, 0, nil }
+	all := func(_ context.Context, k Kind, _ time.Time) (map[string]Used, error) {
+		if k == KindUser {
+			return map[string]Used{"alice": {Tokens: ledger}}, nil
+		}
+		return map[string]Used{"search": {Tokens: ledger}}, nil
+	}
+	for range 20 {
+		clk := newClock(t0)
+		l, _ := newLocal(t, cfg, clk, seed)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			if err := l.Preload(context.Background(), all); err != nil {
+				t.Error(err)
+			}
+		})
+		for range workers {
+			wg.Go(func() {
+				<-start
+				for range each {
+					d, tk, err := l.Admit(context.Background(), Request{Subject: Subject{UserID: "alice", BizLine: "search"}, EstInputTokens: 1, EstOutputTokens: 1})
+					if err != nil || !d.Allowed {
+						t.Errorf("admit: %+v %v", d, err)
+						return
+					}
+					tk.Commit(3, 0)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		us := l.Usage(clk.Now())
+		for _, scope := range []string{"user:alice", "biz_line:search"} {
+			if u, _ := findUsage(us, scope, LimitDailyTokens); u.Used != ledger+3*workers*each || u.Reserved != 0 {
+				t.Fatalf("%s: %+v, want used %d", scope, u, ledger+3*workers*each)
+			}
+		}
+	}
+}

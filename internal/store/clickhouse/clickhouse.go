@@ -1,0 +1,448 @@
+// Package clickhouse is the scale-out Store: the ledger of every request in
+// a ClickHouse table, shared by many tollgate replicas. It sits at the end
+// of the request flow, behind store.Writer, exactly where the embedded
+// SQLite store sits on a single replica, and passes the same conformance
+// suite (store/storetest).
+//
+// It speaks ClickHouse's HTTP interface with net/http, writing and reading
+// RowBinary: the one client path that works from Debian's 18.16 to current
+// servers (see docs/operations.md, "ClickHouse", for what was measured).
+//
+// Status: the record-level store.Store (Insert, Requests, Request) is
+// complete. store.Analytics (reports over rollups, events, engine samples,
+// the alerting windows) is not implemented yet, and the Writer's spill to
+// disk while ClickHouse is down is not built yet.
+package clickhouse
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+const (
+	// defaultLimit is Filter.Limit's zero value, as in every store.
+	defaultLimit = 100
+	// checkChunk bounds the ids in one "already stored?" query: a query's
+	// text is limited (max_query_size, 256 KiB by default).
+	checkChunk = 1000
+	// DefaultDatabase is used when Config.Database is empty.
+	DefaultDatabase = "tollgate"
+)
+
+// Config says where the server is.
+type Config struct {
+	// HTTP is the base URL of the HTTP interface, e.g.
+	// http://127.0.0.1:8123. User and password, if any, go in its
+	// userinfo (http://user:pass@host:8123) and are sent as basic auth.
+	HTTP string
+	// Database holds the tables; it is created if missing. Default
+	// "tollgate".
+	Database string
+	// Client is the HTTP client; nil uses one of the store's own.
+	Client *http.Client
+}
+
+// Store is a store.Store on a ClickHouse database.
+type Store struct {
+	c        *client
+	db       string
+	log      *slog.Logger
+	version  Version
+	features Features
+	own      *http.Transport // closed by Close when the client is ours
+	// mu serialises Insert's check-then-write, which makes idempotency by
+	// request_id exact within one process. See Insert for several.
+	mu sync.Mutex
+	// now is the clock behind the write version.
+	now func() time.Time
+}
+
+var _ store.Store = (*Store)(nil)
+
+var dbName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Open connects to the server, detects its version and creates the
+// database and tables if missing.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Database == "" {
+		cfg.Database = DefaultDatabase
+	}
+	if !dbName.MatchString(cfg.Database) {
+		return nil, fmt.Errorf("open ClickHouse store: database name %q: want letters, digits and _", cfg.Database)
+	}
+	base, err := url.Parse(cfg.HTTP)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("open ClickHouse store: HTTP address %q: want http://host:port", redact(cfg.HTTP))
+	}
+	s := &Store{db: cfg.Database, log: log, now: time.Now}
+	hc := cfg.Client
+	if hc == nil {
+		s.own = http.DefaultTransport.(*http.Transport).Clone()
+		hc = &http.Client{Transport: s.own}
+	}
+	s.c = newClient(hc, base)
+	if err := s.open(ctx); err != nil {
+		s.Close() //nolint:errcheck // the open error is the one that matters
+		return nil, fmt.Errorf("open ClickHouse store at %s, database %q: %w", base.Redacted(), cfg.Database, err)
+	}
+	return s, nil
+}
+
+func (s *Store) open(ctx context.Context) error {
+	out, err := s.c.text(ctx, "", "SELECT version()")
+	if err != nil {
+		return err
+	}
+	if s.version, err = ParseVersion(out); err != nil {
+		return err
+	}
+	s.features = FeaturesOf(s.version)
+	s.log.Info("ClickHouse connected", "version", s.version.String(), "database", s.db,
+		"low_cardinality", s.features.LowCardinality)
+	if err := s.c.exec(ctx, "", "CREATE DATABASE IF NOT EXISTS "+quoteIdent(s.db)); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	if err := s.c.exec(ctx, "", createRequests(s.db, s.features)); err != nil {
+		return fmt.Errorf("create table requests: %w", err)
+	}
+	return nil
+}
+
+// Version is the server's version, read at Open.
+func (s *Store) Version() Version { return s.version }
+
+// Close releases idle connections. It does not flush Writers: cancel their
+// Run and wait for it to return first.
+func (s *Store) Close() error {
+	if s.own != nil {
+		s.own.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Insert writes recs, skipping every Record whose RequestID is already
+// stored (or repeated earlier in recs): the first write wins.
+//
+// How that is exact on a database without unique keys: Insert asks which
+// ids of the batch are stored (in the batch's day partitions only — a
+// request's id and arrival never change, so a replay lands on the same
+// day) and writes the rest in one INSERT, holding a mutex from the check
+// to the write. Within one process that is exact. Two replicas racing on
+// the same id — which only a replayed spill or a misrouted retry could
+// cause — may both write it; ReplacingMergeTree collapses the pair on
+// (day, request_id), keeping the first write (see verCol), and every read
+// uses FINAL, so readers never see two rows either way.
+//
+// An INSERT that spans several days is written as one part per day; if it
+// fails half-way, the Writer's retry finds the written days stored and
+// writes the others.
+func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("insert %d records into ClickHouse: %w", len(recs), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.insert(ctx, recs); err != nil {
+		return fmt.Errorf("insert %d records into ClickHouse: %w", len(recs), err)
+	}
+	return nil
+}
+
+func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
+	stored, err := s.storedIDs(ctx, recs)
+	if err != nil {
+		return fmt.Errorf("check stored ids: %w", err)
+	}
+	e := &enc{b: make([]byte, 0, len(recs)*600)}
+	ver := math.MaxUint64 - uint64(s.now().UnixNano())
+	n := 0
+	for _, r := range recs {
+		if r == nil || stored[r.RequestID] {
+			continue
+		}
+		stored[r.RequestID] = true // a repeat later in recs is a replay too
+		// Finish a copy: the derived columns must agree with the marks
+		// even if the caller forgot, and the caller's Record is not ours
+		// to modify.
+		f := *r
+		f.Finish()
+		encodeRow(e, &f, ver)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
+	return s.c.insert(ctx, q, e.b)
+}
+
+// storedIDs returns which RequestIDs of recs are in the table already.
+func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[string]bool, error) {
+	days := map[uint16]bool{}
+	var ids []string
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r == nil || seen[r.RequestID] {
+			continue
+		}
+		seen[r.RequestID] = true
+		ids = append(ids, r.RequestID)
+		days[day(r.Arrival)] = true
+	}
+	dayList := make([]string, 0, len(days))
+	for _, d := range slices.Sorted(mapKeys(days)) {
+		dayList = append(dayList, quoteDay(d))
+	}
+	stored := make(map[string]bool, len(ids))
+	for chunk := range slices.Chunk(ids, checkChunk) {
+		q := fmt.Sprintf("SELECT DISTINCT request_id FROM %s.requests WHERE day IN (%s) AND request_id IN %s FORMAT RowBinary",
+			quoteIdent(s.db), strings.Join(dayList, ", "), quoteStrings(chunk))
+		err := s.c.query(ctx, q, func(d *dec) error {
+			for d.more() {
+				id := d.str()
+				if d.err == nil {
+					stored[id] = true
+				}
+			}
+			return d.err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// Requests returns the ledger rows matching f, newest first. Timeline is
+// never read here (use Request for details).
+func (s *Store) Requests(ctx context.Context, f store.Filter) ([]*record.Record, error) {
+	recs, err := s.read(ctx, requestsQuery(s.db, f), false)
+	if err != nil {
+		return nil, fmt.Errorf("query ClickHouse ledger: %w", err)
+	}
+	return recs, nil
+}
+
+func requestsQuery(db string, f store.Filter) string {
+	var where []string
+	add := func(format string, args ...any) { where = append(where, fmt.Sprintf(format, args...)) }
+	if !f.Since.IsZero() {
+		// The day bound lets ClickHouse skip whole partitions; arrival_ns
+		// is the exact bound.
+		add("day >= %s AND arrival_ns >= %s", quoteDay(day(f.Since)), quoteInt(f.Since.UnixNano()))
+	}
+	if !f.Until.IsZero() {
+		add("day <= %s AND arrival_ns < %s", quoteDay(day(f.Until)), quoteInt(f.Until.UnixNano()))
+	}
+	for _, c := range []struct{ col, val string }{
+		{"user_id", f.UserID}, {"biz_line", f.BizLine}, {"model", f.Model},
+		{"trace_id", f.TraceID}, {"template_id", f.TemplateID},
+	} {
+		if c.val != "" {
+			add("%s = %s", c.col, quoteString(c.val))
+		}
+	}
+	if f.Status != 0 {
+		add("status = %s", quoteInt(int64(f.Status)))
+	}
+	if f.ErrorsOnly {
+		add("error_type != ''")
+	}
+	if f.MinE2E > 0 {
+		add("e2e_ns >= %s", quoteInt(int64(f.MinE2E)))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s.requests FINAL", selectColumns, quoteIdent(db))
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	// request_id breaks ties between equal arrivals so that pages are
+	// stable.
+	return q + " ORDER BY arrival_ns DESC, request_id DESC LIMIT " + quoteInt(int64(limit)) + " FORMAT RowBinary"
+}
+
+// Request returns every attempt of one request, ordered by attempt, with
+// the timeline of the sampled ones. id is a RequestID (of any attempt) or
+// a LogicalRequestID.
+func (s *Store) Request(ctx context.Context, id string) ([]*record.Record, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty id", store.ErrNotFound)
+	}
+	t := quoteIdent(s.db) + ".requests"
+	qid := quoteString(id)
+	// The sub-select finds the logical request of an attempt's own id;
+	// records without a logical id never match one another.
+	q := fmt.Sprintf(`SELECT %s, timeline FROM %s FINAL
+		WHERE request_id = %s OR logical_request_id = %s
+		   OR (logical_request_id != '' AND logical_request_id IN
+		       (SELECT logical_request_id FROM %s FINAL WHERE request_id = %s))
+		ORDER BY attempt, request_id FORMAT RowBinary`, selectColumns, t, qid, qid, t, qid)
+	recs, err := s.read(ctx, q, true)
+	if err != nil {
+		return nil, fmt.Errorf("read request %q from ClickHouse: %w", id, err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: %q", store.ErrNotFound, id)
+	}
+	return recs, nil
+}
+
+// read runs a SELECT of selectColumns (then the timeline when
+// withTimeline) and decodes the records.
+func (s *Store) read(ctx context.Context, q string, withTimeline bool) ([]*record.Record, error) {
+	var recs []*record.Record
+	err := s.c.query(ctx, q, func(d *dec) error {
+		for d.more() {
+			r, err := decodeRow(d, withTimeline)
+			if err != nil {
+				return err
+			}
+			r.Finish()
+			recs = append(recs, r)
+		}
+		return d.err
+	})
+	return recs, err
+}
+
+// client is the HTTP interface: queries in the body, settings in the URL,
+// RowBinary both ways.
+type client struct {
+	hc   *http.Client
+	base *url.URL
+}
+
+func newClient(hc *http.Client, base *url.URL) *client {
+	return &client{hc: hc, base: base}
+}
+
+// maxErrorBody bounds how much of an error response is kept.
+const maxErrorBody = 4 << 10
+
+// do posts body with the given URL parameters and hands a 200 response's
+// body to read. wait_end_of_query makes the server buffer the result, so
+// an error during the query is an HTTP error, never a 200 cut short.
+func (c *client) do(ctx context.Context, params url.Values, body io.Reader, read func(io.Reader) error) error {
+	u := *c.base
+	u.User = nil
+	q := u.Query()
+	for k, v := range params {
+		q[k] = v
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
+	if err != nil {
+		return err
+	}
+	if c.base.User != nil {
+		pw, _ := c.base.User.Password()
+		req.SetBasicAuth(c.base.User.Username(), pw)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return &ServerError{Status: resp.StatusCode, Message: strings.TrimSpace(string(msg))}
+	}
+	if read == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	return read(resp.Body)
+}
+
+// exec runs a statement with no result. db, if set, is the default
+// database.
+func (c *client) exec(ctx context.Context, db, q string) error {
+	return c.do(ctx, dbParam(db), strings.NewReader(q), nil)
+}
+
+// text runs q and returns its whole output as text.
+func (c *client) text(ctx context.Context, db, q string) (string, error) {
+	var out string
+	err := c.do(ctx, dbParam(db), strings.NewReader(q), func(r io.Reader) error {
+		b, err := io.ReadAll(io.LimitReader(r, 1<<20))
+		out = strings.TrimSpace(string(b))
+		return err
+	})
+	return out, err
+}
+
+// query runs q (which ends in FORMAT RowBinary) and hands the rows to read.
+func (c *client) query(ctx context.Context, q string, read func(*dec) error) error {
+	return c.do(ctx, url.Values{"wait_end_of_query": {"1"}}, strings.NewReader(q), func(r io.Reader) error {
+		return read(newDec(r))
+	})
+}
+
+// insert runs the INSERT q with data as its RowBinary rows. The statement
+// goes in the URL so that the body is the data alone.
+func (c *client) insert(ctx context.Context, q string, data []byte) error {
+	return c.do(ctx, url.Values{"query": {q}}, bytes.NewReader(data), nil)
+}
+
+func dbParam(db string) url.Values {
+	if db == "" {
+		return nil
+	}
+	return url.Values{"database": {db}}
+}
+
+// ServerError is an error answered by the server: ClickHouse's own
+// message ("Code: 60, e.displayText() = DB::Exception: Table ... doesn't
+// exist") with the HTTP status.
+type ServerError struct {
+	Status  int
+	Message string
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("ClickHouse answered %d: %s", e.Status, e.Message)
+}
+
+// redact hides a password in an address that did not parse.
+func redact(addr string) string {
+	if u, err := url.Parse(addr); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(addr, "@"); i >= 0 {
+		return "…@" + addr[i+1:]
+	}
+	return addr
+}
