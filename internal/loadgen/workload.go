@@ -133,14 +133,15 @@ func (s Synthetic) Validate() error {
 	return nil
 }
 
-// words are common short English words, each one token with its leading
-// space in real BPE vocabularies and in the simulator's tokenizer, so a
-// prompt of n words is about n tokens everywhere.
+// words are common English words of at most four letters, each one token
+// with its leading space in real BPE vocabularies and in the simulator's
+// tokenizer, so a prompt of n words is about n tokens everywhere.
 var words = strings.Fields(`the of and to in is was for on are as with his they at be this
-from have or by one had not but what all were when we there can an your which their said if do
-will each about how up out them then she many some so these would other into has more her two
-like him see time could no make than first been its who now people my made over did down only
-way find use may long get come day most part`)
+from have or by one had not but what all were when we can an your if do will each how up out
+them then she many some so her two like him see time no make than been its who now my made
+over did down only way find use may long get come day most part into has more look good new
+set own also well back much just line name very must tell big men old ask went read need land
+home last kind hand high`)
 
 type synthetic struct {
 	Synthetic
