@@ -159,6 +159,32 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * clockTick, nil
 }
 
+// cpuBusy is the time CPU cpu has spent busy (user, nice, system, irq,
+// softirq, steal) since boot, from /proc/stat.
+func cpuBusy(cpu int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	name := "cpu" + strconv.Itoa(cpu)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != name {
+			continue
+		}
+		var ticks int64
+		for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system (idle iowait) irq softirq steal
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/stat %s: %w", name, err)
+			}
+			ticks += v
+		}
+		return time.Duration(ticks) * clockTick, nil
+	}
+	return 0, fmt.Errorf("/proc/stat: no %s line", name)
+}
+
 // memory is the resident set and its peak so far, in KiB.
 func memory(pid int) (rss, hwm int64, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")

@@ -168,6 +168,7 @@ func (rep *Report) summarise() {
 				}
 				rep.RequestErrors += s.Errors
 			}
+			add("sut_cpu_others_pct_"+arm, ar.othersMean())
 			if m := ar.Memory; m != nil {
 				add("mem_idle_mib_"+arm, m.Idle)
 				add("mem_load_mib_"+arm, m.Load)
@@ -212,6 +213,21 @@ func (rep *Report) summarise() {
 		{Name: "frames lost (B)", Limit: "0", Value: float64(rep.FramesLost), Met: rep.FramesLost == 0},
 		{Name: "ledger rows lost", Limit: "0", Value: float64(rep.RowsLost), Met: rep.RowsLost == 0 && rep.TokensMatch},
 	}
+}
+
+// othersMean is the mean share of the arms' CPU other processes used
+// over the arm's scenarios.
+func (ar *ArmResult) othersMean() float64 {
+	sum, n := ar.Saturation.Others, 1
+	for _, j := range ar.JSON {
+		sum += j.Others
+		n++
+	}
+	for _, s := range ar.SSE {
+		sum += s.Others
+		n++
+	}
+	return sum / float64(n)
 }
 
 func stat(vs []float64) Stat {
@@ -272,6 +288,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		row(fmt.Sprintf("SSE ×%d frames lost", c), k+"frames_lost_", arms)
 		row(fmt.Sprintf("SSE ×%d CPU µs/stream", c), k+"cpu_us_per_stream_", arms)
 	}
+	row("others' use of the arms' CPU, %", "sut_cpu_others_pct_", arms)
 	row("RSS idle MiB", "mem_idle_mib_", arms)
 	row("RSS under load MiB", "mem_load_mib_", arms)
 	row("RSS after MiB", "mem_after_mib_", arms)

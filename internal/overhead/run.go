@@ -164,6 +164,7 @@ type JSONResult struct {
 	P50       float64 `json:"p50_ms"`
 	P99       float64 `json:"p99_ms"`
 	CPUPerReq float64 `json:"cpu_us_per_req,omitempty"` // the arm process's, not for D
+	Others    float64 `json:"sut_cpu_others_pct"`       // busy share of the arms' CPU taken by other processes
 }
 
 // SatResult is the saturation scenario.
@@ -176,6 +177,7 @@ type SatResult struct {
 	P50       float64 `json:"p50_ms"`
 	P99       float64 `json:"p99_ms"`
 	CPUPerReq float64 `json:"cpu_us_per_req,omitempty"`
+	Others    float64 `json:"sut_cpu_others_pct"`
 }
 
 // SSEResult is a streaming scenario. Times are in ms.
@@ -191,6 +193,7 @@ type SSEResult struct {
 	ITLP50     float64 `json:"itl_p50_ms"`
 	ITLP99     float64 `json:"itl_p99_ms"`
 	CPUPerReq  float64 `json:"cpu_us_per_stream,omitempty"`
+	Others     float64 `json:"sut_cpu_others_pct"`
 }
 
 // Mem is an arm process's resident memory in MiB: after start-up, the
@@ -259,7 +262,7 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 			base, pid = "http://"+p.addr, p.pid()
 		}
 		t := target{base: base, tag: fmt.Sprintf("%s/%d", arm, r)}
-		ar, err := runArm(ctx, o, arm, t, pid, seq)
+		ar, err := runArm(ctx, o, t, pid, sutCPU, seq)
 		if err != nil {
 			return nil, fmt.Errorf("arm %s: %w", arm, err)
 		}
@@ -312,8 +315,8 @@ engine_metrics: {interval: 0s}
 }
 
 // runArm drives one arm through every scenario; pid is the arm's process
-// (0 for D, which has none).
-func runArm(ctx context.Context, o *Options, arm string, t target, pid int, seq *atomic.Int64) (*ArmResult, error) {
+// (0 for D, which has none), pinned to sutCPU (−1: not pinned).
+func runArm(ctx context.Context, o *Options, t target, pid, sutCPU int, seq *atomic.Int64) (*ArmResult, error) {
 	ar := &ArmResult{}
 	var sampler *memSampler
 	if pid != 0 {
@@ -324,39 +327,28 @@ func runArm(ctx context.Context, o *Options, arm string, t target, pid int, seq 
 		ar.Memory = &Mem{Idle: mib(rss)}
 		sampler = sampleMemory(pid)
 	}
-	cpu := func() time.Duration {
-		if pid == 0 {
-			return 0
-		}
-		d, _ := cpuTime(pid)
-		return d
-	}
-	perReq := func(c0 time.Duration, n int) float64 {
-		if pid == 0 || n == 0 {
-			return 0
-		}
-		return float64((cpu() - c0).Microseconds()) / float64(n)
-	}
-
 	if o.Warmup > 0 {
 		saturate(ctx, t, min(o.Workers, 8), o.Warmup, seq)
 	}
 	for _, rate := range o.Rates {
-		c0 := cpu()
+		m := startMeter(pid, sutCPU)
 		l := fixedRate(ctx, t, rate, o.Phase, seq)
+		per, others := m.stop(l.sent)
 		ar.JSON = append(ar.JSON, JSONResult{Rate: rate, Sent: l.sent, OK: l.ok, Errors: l.errs, Dropped: l.dropped, FirstErr: l.firstErr,
-			P50: ms(pct(l.lat, 50)), P99: ms(pct(l.lat, 99)), CPUPerReq: perReq(c0, l.sent)})
+			P50: ms(pct(l.lat, 50)), P99: ms(pct(l.lat, 99)), CPUPerReq: per, Others: others})
 	}
-	c0 := cpu()
+	m := startMeter(pid, sutCPU)
 	s := saturate(ctx, t, o.Workers, o.Phase, seq)
+	per, others := m.stop(s.sent)
 	ar.Saturation = SatResult{Workers: o.Workers, OK: s.ok, Errors: s.errs, FirstErr: s.firstErr,
-		RPS: float64(s.ok) / s.elapsed.Seconds(), P50: ms(pct(s.lat, 50)), P99: ms(pct(s.lat, 99)), CPUPerReq: perReq(c0, s.sent)}
+		RPS: float64(s.ok) / s.elapsed.Seconds(), P50: ms(pct(s.lat, 50)), P99: ms(pct(s.lat, 99)), CPUPerReq: per, Others: others}
 	for _, c := range o.SSE {
-		c0 := cpu()
+		m := startMeter(pid, sutCPU)
 		st := streamPhase(ctx, t, c, o.Phase, o.Mock, seq)
+		per, others := m.stop(st.started)
 		ar.SSE = append(ar.SSE, SSEResult{Conc: c, Streams: st.started, OK: st.ok, Errors: st.errs, FirstErr: st.firstErr, FramesLost: st.framesLost,
 			TTFTP50: ms(pct(st.ttft, 50)), TTFTP99: ms(pct(st.ttft, 99)), ITLP50: ms(pct(st.itl, 50)), ITLP99: ms(pct(st.itl, 99)),
-			CPUPerReq: perReq(c0, st.started)})
+			CPUPerReq: per, Others: others})
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -372,6 +364,45 @@ func runArm(ctx context.Context, o *Options, arm string, t target, pid int, seq 
 		ar.Memory.After = mib(rss)
 	}
 	return ar, nil
+}
+
+// meter measures a scenario: the arm's CPU time per request, and how
+// busy other processes kept the arms' CPU meanwhile — on a shared machine
+// the figure that says which scenarios were disturbed.
+type meter struct {
+	pid, cpu  int
+	arm, busy time.Duration
+	at        time.Time
+}
+
+func startMeter(pid, cpu int) meter {
+	m := meter{pid: pid, cpu: cpu, at: time.Now()}
+	if pid != 0 {
+		m.arm, _ = cpuTime(pid)
+	}
+	if cpu >= 0 {
+		m.busy, _ = cpuBusy(cpu)
+	}
+	return m
+}
+
+// stop returns the arm's CPU µs per request (0 for D) and the share of
+// the arms' CPU, in percent of the wall time, that other processes used.
+func (m meter) stop(n int) (perReq, othersPct float64) {
+	wall := time.Since(m.at)
+	var arm time.Duration
+	if m.pid != 0 {
+		now, _ := cpuTime(m.pid)
+		arm = now - m.arm
+		if n > 0 {
+			perReq = float64(arm.Microseconds()) / float64(n)
+		}
+	}
+	if m.cpu >= 0 {
+		busy, _ := cpuBusy(m.cpu)
+		othersPct = max(0, float64(busy-m.busy-arm)/float64(wall)*100)
+	}
+	return perReq, othersPct
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
@@ -516,5 +547,6 @@ func (ar *ArmResult) brief() string {
 	for _, s := range ar.SSE {
 		fmt.Fprintf(&sb, "; sse%d ttft p50 %.2f ms lost %d (err %d)", s.Conc, s.TTFTP50, s.FramesLost, s.Errors)
 	}
+	fmt.Fprintf(&sb, "; others on its CPU %.0f%%", ar.othersMean())
 	return sb.String()
 }
