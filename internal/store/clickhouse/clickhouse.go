@@ -262,7 +262,8 @@ func requestsQuery(db string, f store.Filter) string {
 		add("day >= %s AND arrival_ns >= %s", quoteDay(day(f.Since)), quoteInt(f.Since.UnixNano()))
 	}
 	if !f.Until.IsZero() {
-		add("day <= %s AND arrival_ns < %s", quoteDay(day(f.Until)), quoteInt(f.Until.UnixNano()))
+		// A Record without arrival has none before Until, as in SQLite.
+		add("day <= %s AND arrival_ns < %s AND arrival_ns != %s", quoteDay(day(f.Until)), quoteInt(f.Until.UnixNano()), quoteInt(noArrival))
 	}
 	for _, c := range []struct{ col, val string }{
 		{"user_id", f.UserID}, {"biz_line", f.BizLine}, {"model", f.Model},

@@ -125,12 +125,21 @@ func arrivalNS(t time.Time) int64 {
 	return t.UnixNano()
 }
 
+// maxDay is the last day a Date holds on every server: 2105-12-31 on
+// 18.16 (later days read back as 0000-00-00), 2149-06-06 on current ones.
+const maxDay = 49672
+
 // day is the partition: the UTC day of arrival, as ClickHouse's Date (days
-// since 1970). Report days in another zone come from the rollups, not from
-// this column.
+// since 1970), clamped to what a Date holds. The clamp is monotonic, so a
+// bound on day derived from a bound on arrival never drops a row; the
+// exact bound is always arrival_ns. Report days in another zone come from
+// the rollups, not from this column.
 func day(t time.Time) uint16 {
-	if t.IsZero() || t.Unix() < 0 {
+	switch {
+	case t.IsZero() || t.Unix() < 0:
 		return 0
+	case t.Unix()/86400 > maxDay:
+		return maxDay
 	}
 	return uint16(t.Unix() / 86400)
 }
