@@ -11,8 +11,9 @@ FUZZTIME="${FUZZTIME:-8s}"
 # need a server start it themselves on loopback and stop it.
 # prometheus: promtool, for deploy/prometheus; chromium: the dashboard's
 # browser test (cmd/tollgate/ui_test.go); fonts-wqy-microhei: Chinese
-# glyphs in its screenshots.
-PKGS=(prometheus chromium fonts-wqy-microhei)
+# glyphs in its screenshots; clickhouse-server: the ClickHouse store's
+# tests (internal/store/clickhouse start one server per test binary).
+PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
