@@ -48,6 +48,8 @@ Usage:
                     unit-test alert rules on synthetic traffic; list the rules that run
   tollgate bench    [--base-url URL] [--rate R | --concurrency C] [--num-prompts N] ...
                     load-test an OpenAI-compatible endpoint (TTFT, TPOT, ITL, E2EL, throughput)
+  tollgate baseline run --suite FILE --save NAME | compare NAME --suite FILE
+                    regression check: fixed prompts, deterministic sampling; latency, length and output drift
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -99,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
 	case "alerts":
 		return runAlerts(ctx, rest, stdout, stderr)
+	case "baseline":
+		return runBaseline(ctx, rest, stdout, stderr)
 	case "bench":
 		if len(rest) > 0 && rest[0] == "overhead" {
 			return runBenchOverhead(ctx, rest[1:], stdout, stderr)

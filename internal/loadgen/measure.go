@@ -39,6 +39,9 @@ type Event struct {
 	FinishReason                   string
 	// Text is the output the event carried (content, reasoning or text).
 	Text string
+	// Model and Fingerprint are the chunk's "model" and
+	// "system_fingerprint", when present: who actually answered.
+	Model, Fingerprint string
 }
 
 // Output-token sources, as reported in results.
@@ -125,7 +128,9 @@ func Measure(start time.Time, events []Event) Measurement {
 // chunkJSON is the part of a streamed completion chunk that classify reads:
 // chat deltas, completions text, usage and errors.
 type chunkJSON struct {
-	Choices []struct {
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []struct {
 		Delta *struct {
 			Content          *string         `json:"content"`
 			ReasoningContent *string         `json:"reasoning_content"`
@@ -154,6 +159,7 @@ func classify(data []byte, e *Event) {
 		e.Kind = KindError
 		return
 	}
+	e.Model, e.Fingerprint = c.Model, c.SystemFingerprint
 	if c.Usage != nil {
 		e.HasUsage, e.PromptTokens, e.CompletionTokens = true, c.Usage.PromptTokens, c.Usage.CompletionTokens
 	}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/baseline"
+)
+
+// errDrift is returned when a comparison found drift, so scripts and CI
+// can act on the exit status; the report was printed.
+var errDrift = errors.New("drift against the baseline")
+
+// runBaseline is `tollgate baseline run|compare` (issue 8, point 2).
+func runBaseline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, "Usage: tollgate baseline run --suite FILE --save NAME | compare NAME [--suite FILE | --against NAME]\n")
+		return errUsage
+	}
+	switch args[0] {
+	case "run":
+		return runBaselineRun(ctx, args[1:], stdout, stderr)
+	case "compare":
+		return runBaselineCompare(ctx, args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "tollgate baseline: unknown subcommand %q (run, compare)\n", args[0])
+		return errUsage
+	}
+}
+
+func baselineHeader(apiKey string) http.Header {
+	h := http.Header{}
+	if apiKey == "" {
+		apiKey = os.Getenv("OPENAI_API_KEY")
+	}
+	if apiKey != "" {
+		h.Set("Authorization", "Bearer "+apiKey)
+	}
+	return h
+}
+
+func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("baseline run", "baseline run --suite FILE --save NAME [--base-url URL] [--dir DIR]", stderr)
+	suitePath := fs.String("suite", "", "suite `file` (YAML: model, sampling, prompts)")
+	save := fs.String("save", "", "baseline `name` to save the run as")
+	dir := fs.String("dir", "baselines", "`directory` of the baseline files (NAME.json)")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url")
+	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *suitePath == "" {
+		return errors.New("--suite: required")
+	}
+	if *save == "" {
+		return errors.New("--save: required (the name to store the baseline under)")
+	}
+	if err := baseline.CheckName(*save); err != nil {
+		return fmt.Errorf("--save: %w", err)
+	}
+	s, err := baseline.LoadSuite(*suitePath)
+	if err != nil {
+		return fmt.Errorf("--suite: %w", err)
+	}
+	b, err := baseline.Run(ctx, s, *baseURL, baselineHeader(*apiKey))
+	if err != nil {
+		return err
+	}
+	b.Name = *save
+	failed := 0
+	for _, sm := range b.Samples {
+		if !sm.OK {
+			failed++
+		}
+	}
+	if failed == len(b.Samples) {
+		return fmt.Errorf("every request of the suite failed (first: %s); nothing saved", b.Samples[0].Error)
+	}
+	if err := baseline.Save(*dir, b); err != nil {
+		return fmt.Errorf("save baseline: %w", err)
+	}
+	fmt.Fprintf(stdout, "saved baseline %q to %s/%s.json: %d requests (%d failed), %d prompts × %d, served by %s\n",
+		b.Name, *dir, b.Name, len(b.Samples), failed, len(s.Prompts), s.Repeat, strings.Join(b.ServedModels, ", "))
+	return nil
+}
+
+func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("baseline compare", "baseline compare NAME [--suite FILE | --against NAME] [--format text|json]", stderr)
+	suitePath := fs.String("suite", "", "suite `file` to run now and compare (the same one the baseline ran)")
+	against := fs.String("against", "", "compare with this saved baseline `name` instead of running the suite")
+	save := fs.String("save", "", "also save the new run under this `name`")
+	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url")
+	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
+	ratio := fs.Float64("latency-ratio", 1.5, "a latency drifts when its median grows by this `factor` (and the KS test agrees)")
+	share := fs.Float64("length-share", 0.1, "output length drifts when its mean moves by this `share` (and the KS test agrees)")
+	format := fs.String("format", "text", "report `format`: text or json")
+	// NAME may come before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() == 1 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tollgate baseline compare: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	switch {
+	case name == "":
+		return errors.New("baseline compare: the baseline NAME is required")
+	case *format != "text" && *format != "json":
+		return fmt.Errorf("--format: must be text or json, got %q", *format)
+	case (*suitePath == "") == (*against == ""):
+		return errors.New("--suite or --against: give exactly one (run the suite now, or compare two saved baselines)")
+	case *ratio <= 1:
+		return fmt.Errorf("--latency-ratio: must be above 1, got %g", *ratio)
+	case *share <= 0:
+		return fmt.Errorf("--length-share: must be above 0, got %g", *share)
+	}
+	base, err := baseline.Load(*dir, name)
+	if err != nil {
+		return err
+	}
+	var cur *baseline.Baseline
+	if *against != "" {
+		if cur, err = baseline.Load(*dir, *against); err != nil {
+			return err
+		}
+	} else {
+		s, err := baseline.LoadSuite(*suitePath)
+		if err != nil {
+			return fmt.Errorf("--suite: %w", err)
+		}
+		url := *baseURL
+		if url == "" && s.BaseURL == "" {
+			url = base.BaseURL
+		}
+		if cur, err = baseline.Run(ctx, s, url, baselineHeader(*apiKey)); err != nil {
+			return err
+		}
+		cur.Name = *save
+		if *save != "" {
+			if err := baseline.Save(*dir, cur); err != nil {
+				return fmt.Errorf("--save: %w", err)
+			}
+		}
+	}
+	r := baseline.Compare(base, cur, baseline.Options{LatencyRatio: *ratio, LengthShare: *share})
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r)
+	} else {
+		err = baseline.WriteText(stdout, r)
+	}
+	if err != nil {
+		return err
+	}
+	if r.Drift {
+		return errDrift
+	}
+	return nil
+}
