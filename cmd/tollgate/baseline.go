@@ -6,11 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/baseline"
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/notify"
 )
 
 // errDrift is returned when a comparison found drift, so scripts and CI
@@ -20,7 +25,7 @@ var errDrift = errors.New("drift against the baseline")
 // runBaseline is `tollgate baseline run|compare` (issue 8, point 2).
 func runBaseline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, "Usage: tollgate baseline run --suite FILE --save NAME | compare NAME [--suite FILE | --against NAME]\n")
+		fmt.Fprint(stderr, "Usage: tollgate baseline run --suite FILE --save NAME | compare NAME [--suite FILE | --against NAME] | watch --suite FILE [--config FILE]\n")
 		return errUsage
 	}
 	switch args[0] {
@@ -28,8 +33,10 @@ func runBaseline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return runBaselineRun(ctx, args[1:], stdout, stderr)
 	case "compare":
 		return runBaselineCompare(ctx, args[1:], stdout, stderr)
+	case "watch":
+		return runBaselineWatch(ctx, args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "tollgate baseline: unknown subcommand %q (run, compare)\n", args[0])
+		fmt.Fprintf(stderr, "tollgate baseline: unknown subcommand %q (run, compare, watch)\n", args[0])
 		return errUsage
 	}
 }
@@ -170,4 +177,92 @@ func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Wr
 		return errDrift
 	}
 	return nil
+}
+
+// runBaselineWatch runs the suite on the schedule of its `schedule:`
+// section (or flags) against a saved baseline, and raises an alert
+// (rule baseline_drift) through the notifiers of tollgate's config when it
+// drifts — warning, critical when the model looks changed — and resolves
+// it when the drift ends.
+func runBaselineWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("baseline watch", "baseline watch --suite FILE [--baseline NAME] [--every D] [--config FILE]", stderr)
+	suitePath := fs.String("suite", "", "suite `file`; its schedule section gives the baseline and the interval")
+	name := fs.String("baseline", "", "saved baseline `name` to compare with (default the suite's schedule.baseline)")
+	every := fs.Duration("every", 0, "`interval` between runs (default the suite's schedule.every)")
+	runs := fs.Int("runs", 0, "stop after this many runs (0: until stopped)")
+	cfgPath := fs.String("config", "", "tollgate config `file` whose notifiers receive the alerts; without it alerts are logged to stderr")
+	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's")
+	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *suitePath == "" {
+		return errors.New("--suite: required")
+	}
+	if *runs < 0 {
+		return fmt.Errorf("--runs: must not be negative, got %d", *runs)
+	}
+	s, err := baseline.LoadSuite(*suitePath)
+	if err != nil {
+		return fmt.Errorf("--suite: %w", err)
+	}
+	if *name == "" {
+		*name = s.Schedule.Baseline
+	}
+	if *every == 0 {
+		*every = s.Schedule.Every
+	}
+	if *name == "" {
+		return errors.New("--baseline: required (or schedule.baseline in the suite)")
+	}
+	if *every <= 0 && *runs != 1 {
+		return errors.New("--every: required (or schedule.every in the suite), unless --runs 1")
+	}
+	base, err := baseline.Load(*dir, *name)
+	if err != nil {
+		return err
+	}
+	url := *baseURL
+	if url == "" && s.BaseURL == "" {
+		url = base.BaseURL
+	}
+
+	// Notifiers: tollgate's own, from its config; else a log notifier.
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	targets := notify.Config{{Name: "log", Type: notify.TypeLog}}
+	loc := time.UTC
+	if *cfgPath != "" {
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			return err
+		}
+		if len(cfg.Notifiers) == 0 {
+			return fmt.Errorf("--config: %s has no notifiers; drift alerts would go nowhere", *cfgPath)
+		}
+		targets, loc = cfg.Notifiers, cfg.Location()
+	}
+	disp, err := notify.New(targets, notify.Options{Log: log.With("component", "notify"), Location: loc})
+	if err != nil {
+		return err
+	}
+	defer disp.Close() // delivers what is queued
+
+	header := baselineHeader(*apiKey)
+	check := func(ctx context.Context) (*baseline.Report, error) {
+		cur, err := baseline.Run(ctx, s, url, header)
+		if err != nil {
+			return nil, err
+		}
+		return baseline.Compare(base, cur, baseline.Options{}), nil
+	}
+	report := func(r *baseline.Report, err error) {
+		if err != nil {
+			log.Warn("baseline run failed", "baseline", *name, "err", err)
+			return
+		}
+		fmt.Fprintf(stdout, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+		_ = baseline.WriteText(stdout, r)
+	}
+	return baseline.Watch(ctx, *name, *every, *runs, check, func(a alert.Alert) { disp.Notify(ctx, a) }, report)
 }

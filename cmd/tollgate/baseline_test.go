@@ -3,11 +3,14 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/baseline"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 )
@@ -80,5 +83,47 @@ func TestBaselineFlagErrors(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("baseline %v: error %v, want %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestBaselineWatchAlerts: one scheduled run against an engine that now
+// answers differently raises a critical baseline_drift alert through the
+// webhook notifier of tollgate's config.
+func TestBaselineWatchAlerts(t *testing.T) {
+	dir := t.TempDir()
+	suite := filepath.Join(dir, "suite.yaml")
+	writeTestFile(t, suite, cliSuite+"schedule: {every: 1h, baseline: v1}\n")
+	store := filepath.Join(dir, "baselines")
+	if _, _, err := runCmd(t, "baseline", "run", "--suite", suite, "--save", "v1", "--dir", store,
+		"--base-url", startSimServer(t, sim.Config{Seed: 1, DecodeBase: time.Millisecond})); err != nil {
+		t.Fatal(err)
+	}
+	hooks := make(chan alert.Alert, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a alert.Alert
+		if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+			t.Errorf("webhook body: %v", err)
+		}
+		hooks <- a
+	}))
+	defer hook.Close()
+	cfg := filepath.Join(dir, "tollgate.yaml")
+	writeTestFile(t, cfg, "notifiers:\n  - {name: hook, type: webhook, url: "+hook.URL+"}\n")
+	out, errOut, err := runCmd(t, "baseline", "watch", "--suite", suite, "--runs", "1", "--config", cfg, "--dir", store,
+		"--base-url", startSimServer(t, sim.Config{Seed: 2, DecodeBase: time.Millisecond}))
+	if err != nil {
+		t.Fatalf("watch: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, "DRIFT") {
+		t.Errorf("watch printed no drift:\n%s", out)
+	}
+	select {
+	case a := <-hooks:
+		if a.Rule != baseline.RuleDrift || a.Severity != alert.Critical || a.State != alert.Firing || a.Labels["baseline"] != "v1" ||
+			!strings.Contains(a.Summary, "model or its version changed") {
+			t.Errorf("alert %+v", a)
+		}
+	default:
+		t.Fatal("no alert reached the webhook")
 	}
 }

@@ -48,8 +48,9 @@ Usage:
                     unit-test alert rules on synthetic traffic; list the rules that run
   tollgate bench    [--base-url URL] [--rate R | --concurrency C] [--num-prompts N] ...
                     load-test an OpenAI-compatible endpoint (TTFT, TPOT, ITL, E2EL, throughput)
-  tollgate baseline run --suite FILE --save NAME | compare NAME --suite FILE
-                    regression check: fixed prompts, deterministic sampling; latency, length and output drift
+  tollgate baseline run --suite FILE --save NAME | compare NAME --suite FILE | watch --suite FILE
+                    regression check: fixed prompts, deterministic sampling; latency, length and output
+                    drift; watch runs on the suite's schedule and alerts through the notifiers
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.

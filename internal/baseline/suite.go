@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -43,6 +44,16 @@ type Suite struct {
 	Repeat  int               `yaml:"repeat"`
 	Headers map[string]string `yaml:"headers"`
 	Prompts []Prompt          `yaml:"prompts"`
+	// Schedule is what `tollgate baseline watch` does with the suite.
+	Schedule Schedule `yaml:"schedule"`
+}
+
+// Schedule runs the suite periodically against a saved baseline.
+type Schedule struct {
+	// Every is the interval between runs (e.g. 1h); the first runs at once.
+	Every time.Duration `yaml:"every"`
+	// Baseline is the saved baseline's name to compare with.
+	Baseline string `yaml:"baseline"`
 }
 
 // Prompt is one request of the suite: chat messages or a completions
@@ -109,6 +120,10 @@ func (s *Suite) validate() error {
 		return fmt.Errorf("repeat: must be at least 1, got %d", s.Repeat)
 	case len(s.Prompts) == 0:
 		return errors.New("prompts: at least one is required")
+	case s.Schedule.Every < 0 || (s.Schedule.Every > 0 && s.Schedule.Every < time.Minute):
+		return fmt.Errorf("schedule.every: must be at least 1m, got %s", s.Schedule.Every)
+	case s.Schedule.Baseline != "" && CheckName(s.Schedule.Baseline) != nil:
+		return fmt.Errorf("schedule.baseline: %w", CheckName(s.Schedule.Baseline))
 	}
 	seen := map[string]bool{}
 	for i, p := range s.Prompts {
