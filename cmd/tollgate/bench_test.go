@@ -161,16 +161,20 @@ func absDur(d time.Duration) time.Duration {
 }
 
 // TestBenchTable: the default output is vLLM's table, straight against
-// the simulator (no gateway, so no request ids), with a prompt file.
+// the simulator (no gateway, so no request ids), with a prompt file; the
+// progress bar, asked for, goes to stderr.
 func TestBenchTable(t *testing.T) {
 	up := startSimServer(t, sim.Config{Seed: 1, DecodeBase: time.Millisecond})
 	file := t.TempDir() + "/p.jsonl"
 	writeTestFile(t, file, `{"messages":[{"role":"user","content":"hello there"}],"max_tokens":4,"ignore_eos":true}
 {"prompt":"once upon a time","max_tokens":3,"ignore_eos":true}
 `)
-	out, errOut, err := runCmd(t, "bench", "--base-url", up, "--prompts", file, "--model", "Qwen/Qwen3-8B", "--rate", "50", "--arrival", "constant", "--num-prompts", "6")
+	out, errOut, err := runCmd(t, "bench", "--base-url", up, "--prompts", file, "--model", "Qwen/Qwen3-8B", "--rate", "50", "--arrival", "constant", "--num-prompts", "6", "--progress", "always")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "100% 6/6 requests, 0 failed") || !strings.HasSuffix(errOut, "\n") {
+		t.Errorf("progress bar on stderr: %q", errOut)
 	}
 	for _, want := range []string{"============ Serving Benchmark Result ============", "Successful requests:                     6 ",
 		"Total generated tokens:                  21 ", "Request rate configured (RPS):           50.00", "Mean TTFT (ms):", "P99 ITL (ms):"} {

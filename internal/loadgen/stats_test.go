@@ -125,3 +125,17 @@ func TestRenderGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestBar: the bar redraws in place and ends its line.
+func TestBar(t *testing.T) {
+	var b bytes.Buffer
+	bar := NewBar(&b, 4, 0)
+	bar.interval = 0
+	bar.Update(1, 0)
+	bar.Update(4, 1)
+	bar.Finish()
+	out := b.String()
+	if !strings.HasPrefix(out, "\r[=======") || !strings.Contains(out, "\r[==============================] 100% 4/4 requests, 1 failed") || !strings.HasSuffix(out, "\n") {
+		t.Errorf("bar output %q", out)
+	}
+}
