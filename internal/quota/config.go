@@ -1,10 +1,12 @@
 package quota
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,7 +61,138 @@ type Config struct {
 	Users    map[string]Limits `yaml:"users"`
 	BizLines map[string]Limits `yaml:"biz_lines"`
 	Default  Defaults          `yaml:"default"`
+	// Redis keeps the counters in a Redis server that every replica
+	// shares (internal/quota/redisquota). Without a URL they live in this
+	// process (Local), which is right for a single replica.
+	Redis Redis `yaml:"redis"`
 }
+
+// Redis configures the shared counters.
+type Redis struct {
+	// URL is redis://[user:password@]host:port[/db], rediss:// for TLS,
+	// or unix:///path/to/socket. Empty: counters in process.
+	URL string `yaml:"url"`
+	// KeyPrefix starts every key ("tollgate"), so that several tollgate
+	// fleets or other applications can share one server.
+	KeyPrefix string `yaml:"key_prefix"`
+	// Timeout bounds each call to Redis on the request path (default
+	// 50ms); a call that takes longer counts as Redis unavailable.
+	Timeout time.Duration `yaml:"timeout"`
+	// Backoff is how long Redis is not asked again after a failed call
+	// (default 1s): meanwhile requests get the OnError policy at once
+	// instead of each waiting for Timeout.
+	Backoff time.Duration `yaml:"backoff"`
+	// OnError is, per limit (daily_tokens, daily_cost,
+	// requests_per_minute, tokens_per_minute), what happens to a request
+	// that limit applies to while Redis is unavailable: "open" admits it
+	// uncounted (the default), "closed" refuses it with 503.
+	OnError map[string]string `yaml:"on_error"`
+}
+
+// Fail policies of Redis.OnError.
+const (
+	FailOpen   = "open"
+	FailClosed = "closed"
+)
+
+// Redis defaults.
+const (
+	DefaultRedisTimeout = 50 * time.Millisecond
+	DefaultRedisBackoff = time.Second
+	DefaultRedisPrefix  = "tollgate"
+	// MaxRedisRate bounds requests_per_minute and tokens_per_minute with
+	// Redis: its scripts compute in doubles, exact for bucket levels in
+	// unit·µs only up to this rate (2^53 > 3 × 50M × 60M).
+	MaxRedisRate = 50_000_000
+)
+
+// FailClosed reports whether limit fails closed while Redis is unavailable.
+func (r *Redis) FailClosed(limit string) bool { return r.OnError[limit] == FailClosed }
+
+// TimeoutOrDefault and BackoffOrDefault apply the defaults.
+func (r *Redis) TimeoutOrDefault() time.Duration { return cmp.Or(r.Timeout, DefaultRedisTimeout) }
+
+// BackoffOrDefault is Backoff, or its default when unset.
+func (r *Redis) BackoffOrDefault() time.Duration { return cmp.Or(r.Backoff, DefaultRedisBackoff) }
+
+// PrefixOrDefault is KeyPrefix, or its default when unset.
+func (r *Redis) PrefixOrDefault() string { return cmp.Or(r.KeyPrefix, DefaultRedisPrefix) }
+
+// validate checks the section; path is where it sits ("quotas.redis").
+func (r *Redis) validate(path string, c *Config) []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", path, key, fmt.Sprintf(format, args...)))
+	}
+	if r.URL == "" {
+		if r.KeyPrefix != "" || r.Timeout != 0 || r.Backoff != 0 || len(r.OnError) > 0 {
+			bad("url", "required when other quotas.redis settings are given (without it the counters stay in process)")
+		}
+		return errs
+	}
+	if u, err := url.Parse(r.URL); err != nil {
+		bad("url", "not a URL: %v", err)
+	} else {
+		switch u.Scheme {
+		case "redis", "rediss":
+			if u.Host == "" {
+				bad("url", "needs a host, as in redis://127.0.0.1:6379/0; got %q", redact(u))
+			}
+		case "unix":
+			if u.Path == "" {
+				bad("url", "needs a socket path, as in unix:///run/redis.sock; got %q", redact(u))
+			}
+		default:
+			bad("url", "must start with redis://, rediss:// or unix://; got %q", redact(u))
+		}
+	}
+	if r.Timeout < 0 {
+		bad("timeout", "must be positive (default %s); got %s", DefaultRedisTimeout, r.Timeout)
+	}
+	if r.Backoff < 0 {
+		bad("backoff", "must be positive (default %s); got %s", DefaultRedisBackoff, r.Backoff)
+	}
+	if strings.ContainsAny(r.KeyPrefix, "{} \t\n") {
+		bad("key_prefix", "must not contain braces or spaces; got %q", r.KeyPrefix)
+	}
+	for _, limit := range slices.Sorted(maps.Keys(r.OnError)) {
+		switch limit {
+		case LimitDailyTokens, LimitDailyCost, LimitRequestsPerMinute, LimitTokensPerMinute:
+		default:
+			bad("on_error."+limit, "unknown limit: must be daily_tokens, daily_cost, requests_per_minute or tokens_per_minute")
+			continue
+		}
+		if v := r.OnError[limit]; v != FailOpen && v != FailClosed {
+			bad("on_error."+limit, "must be open or closed; got %q", v)
+		}
+	}
+	// Per-minute limits above MaxRedisRate would lose exactness in the
+	// scripts' arithmetic.
+	parent := strings.TrimSuffix(path, ".redis")
+	check := func(p string, l Limits) {
+		if l.RequestsPerMinute > MaxRedisRate {
+			errs = append(errs, fmt.Errorf("%s.requests_per_minute: must be at most %d with quotas.redis", p, MaxRedisRate))
+		}
+		if l.TokensPerMinute > MaxRedisRate {
+			errs = append(errs, fmt.Errorf("%s.tokens_per_minute: must be at most %d with quotas.redis", p, MaxRedisRate))
+		}
+	}
+	for _, m := range []struct {
+		key string
+		m   map[string]Limits
+	}{{"keys", c.Keys}, {"users", c.Users}, {"biz_lines", c.BizLines}} {
+		for _, name := range slices.Sorted(maps.Keys(m.m)) {
+			check(parent+"."+m.key+"."+name, m.m[name])
+		}
+	}
+	check(parent+".default.key", c.Default.Key)
+	check(parent+".default.user", c.Default.User)
+	check(parent+".default.biz_line", c.Default.BizLine)
+	return errs
+}
+
+// redact hides a URL's password in messages.
+func redact(u *url.URL) string { return u.Redacted() }
 
 // Over-max-input policies.
 const (
@@ -108,6 +241,7 @@ func (c *Config) Validate(path string) error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.Redis.validate(path+".redis", c)...)
 	return errors.Join(errs...)
 }
 

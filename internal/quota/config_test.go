@@ -35,6 +35,22 @@ func TestValidateNamesYAMLPaths(t *testing.T) {
 		{"empty_name", users(map[string]Limits{" ": {}}), "quotas.users: a name must not be empty"},
 		{"sorted", users(map[string]Limits{"zed": {WarnAt: 2}, "amy": {WarnAt: 3}}),
 			"quotas.users.amy.warn_at: must be between 0 and 1; got 3\nquotas.users.zed.warn_at: must be between 0 and 1; got 2"},
+		{"redis_url_missing", Config{Redis: Redis{Timeout: time.Second}},
+			"quotas.redis.url: required when other quotas.redis settings are given (without it the counters stay in process)"},
+		{"redis_scheme", Config{Redis: Redis{URL: "http://u:secret@cache:6379"}},
+			`quotas.redis.url: must start with redis://, rediss:// or unix://; got "http://u:xxxxx@cache:6379"`},
+		{"redis_host", Config{Redis: Redis{URL: "redis:///0"}},
+			`quotas.redis.url: needs a host, as in redis://127.0.0.1:6379/0; got "redis:///0"`},
+		{"redis_timeout", Config{Redis: Redis{URL: "redis://cache:6379", Timeout: -time.Millisecond, Backoff: -time.Second}},
+			"quotas.redis.timeout: must be positive (default 50ms); got -1ms\nquotas.redis.backoff: must be positive (default 1s); got -1s"},
+		{"redis_on_error", Config{Redis: Redis{URL: "redis://cache:6379", OnError: map[string]string{"daily_cost": "shut", "max_input_tokens": "open"}}},
+			`quotas.redis.on_error.daily_cost: must be open or closed; got "shut"` + "\n" +
+				"quotas.redis.on_error.max_input_tokens: unknown limit: must be daily_tokens, daily_cost, requests_per_minute or tokens_per_minute"},
+		{"redis_prefix", Config{Redis: Redis{URL: "redis://cache:6379", KeyPrefix: "a{b}"}},
+			`quotas.redis.key_prefix: must not contain braces or spaces; got "a{b}"`},
+		{"redis_rate_cap", Config{Redis: Redis{URL: "redis://cache:6379"}, Users: map[string]Limits{"alice": {TokensPerMinute: MaxRedisRate + 1}},
+			Default: Defaults{Key: Limits{RequestsPerMinute: MaxRedisRate + 1}}},
+			"quotas.users.alice.tokens_per_minute: must be at most 50000000 with quotas.redis\nquotas.default.key.requests_per_minute: must be at most 50000000 with quotas.redis"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate("quotas")
@@ -49,6 +65,15 @@ func TestValidateNamesYAMLPaths(t *testing.T) {
 	good := Config{Timezone: "Asia/Shanghai", Users: map[string]Limits{"alice": {DailyCost: "50", WarnAt: 1, MaxInputTokens: 8000, OverMaxInput: "alert"}}}
 	if err := good.Validate("quotas"); err != nil {
 		t.Errorf("good config: %v", err)
+	}
+	good.Redis = Redis{URL: "rediss://user:pw@cache:6380/2", KeyPrefix: "tg-prod", Timeout: 20 * time.Millisecond,
+		OnError: map[string]string{"daily_cost": "closed", "requests_per_minute": "open"}}
+	if err := good.Validate("quotas"); err != nil {
+		t.Errorf("good config with redis: %v", err)
+	}
+	if !good.Redis.FailClosed("daily_cost") || good.Redis.FailClosed("daily_tokens") || good.Redis.BackoffOrDefault() != time.Second ||
+		good.Redis.TimeoutOrDefault() != 20*time.Millisecond || (&Redis{}).PrefixOrDefault() != "tollgate" {
+		t.Errorf("redis policy and defaults: %+v", good.Redis)
 	}
 }
 

@@ -100,35 +100,16 @@ func warnedFlag(i int) uint8   { return 1 << (4 + i) }
 // onEvent. onEvent receives every event exactly once, synchronously and
 // outside any lock: it must hand events off rather than write them itself.
 func NewLocal(cfg Config, now func() time.Time, seed SeedFunc, onEvent func(Event)) (*Local, error) {
-	if err := cfg.Validate("quotas"); err != nil {
+	p, err := NewPolicy(cfg)
+	if err != nil {
 		return nil, err
 	}
 	if now == nil {
 		now = time.Now
 	}
-	tz := cfg.Timezone
-	if tz == "" {
-		tz = "UTC"
-	}
-	loc, err := time.LoadLocation(tz)
-	if err != nil {
-		return nil, fmt.Errorf("quotas.timezone: %w", err)
-	}
 	l := &Local{now: now, epoch: now(), seed: seed, onEvent: onEvent, entries: map[Scope]*entry{}}
-	l.cal.loc = loc
-	for kind, m := range [numKinds]map[string]Limits{cfg.Keys, cfg.Users, cfg.BizLines} {
-		l.named[kind] = make(map[string]*limits, len(m))
-		for name, lim := range m {
-			if l.named[kind][name], err = compile(lim); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for kind, lim := range [numKinds]Limits{cfg.Default.Key, cfg.Default.User, cfg.Default.BizLine} {
-		if l.def[kind], err = compile(lim); err != nil {
-			return nil, err
-		}
-	}
+	l.cal.loc = p.cal.loc
+	l.named, l.def = p.named, p.def
 	return l, nil
 }
 
@@ -213,49 +194,17 @@ func (l *Local) Admit(ctx context.Context, r Request) (Decision, Ticket, error) 
 		if e.day < d.key {
 			e.roll(d.key)
 		}
-		if lim.dailyTokens > 0 {
-			if rf, bad := checkDaily(e, limTokens, e.tokens, lim.dailyTokens, n, untilTomorrow); bad {
-				ref.consider(rf)
-			}
-		}
-		if lim.dailyCost > 0 {
-			if rf, bad := checkDaily(e, limCost, e.cost, lim.dailyCost, c, untilTomorrow); bad {
-				ref.consider(rf)
-			}
-		}
 		if lim.rpm > 0 {
 			e.rpm.refill(lim.rpm, µ)
-			if w := e.rpm.wait(lim.rpm, 1); w > 0 {
-				ref.consider(refusal{e: e, limit: limRPM, wait: w, quota: lim.rpm,
-					used: lim.rpm - max(e.rpm.level, 0)/windowMicros, requested: 1})
-			}
 		}
 		if lim.tpm > 0 {
 			e.tpm.refill(lim.tpm, µ)
-			if n > lim.tpm {
-				ref.consider(refusal{e: e, limit: limTPM, permanent: true, quota: lim.tpm, requested: n})
-			} else if w := e.tpm.wait(lim.tpm, n); w > 0 {
-				ref.consider(refusal{e: e, limit: limTPM, wait: w, quota: lim.tpm,
-					used: lim.tpm - max(e.tpm.level, 0)/windowMicros, requested: n})
-			}
 		}
 	}
 
-	if ref.e != nil {
-		// Every scope that refused is marked, not only the one reported:
-		// each of them is genuinely over its limit.
-		for _, e := range es[:k] {
-			evs = e.markExceeded(evs, n, c, now, untilTomorrow)
-		}
-		rate := rateOf(es[:k])
-		if ref.limit == limRPM {
-			rate.Requests = ref.e.rpm.window(ref.e.lim.rpm)
-		} else if ref.limit == limTPM {
-			rate.Tokens = ref.e.tpm.window(ref.e.lim.tpm)
-		}
-		if !ref.permanent {
-			ref.wait = l.longestWait(es[:k], n, c, untilTomorrow)
-		}
+	if ref = check(es[:k], n, c, untilTomorrow); ref.e != nil {
+		var rate Rate
+		ref, rate, evs = refused(es[:k], ref, n, c, now, untilTomorrow, evs)
 		unlockAll(es[:k])
 		return l.refuse(ref, rate, evs), nil, nil
 	}
@@ -291,6 +240,60 @@ func (l *Local) Admit(ctx context.Context, r Request) (Decision, Ticket, error) 
 		l.emit(evs)
 	}
 	return dec, t, nil
+}
+
+// check finds the limit that refuses a request of n tokens and c cost
+// nanos, if any, in entries whose buckets are refilled to now.
+func check(es []*entry, n, c int64, untilTomorrow time.Duration) refusal {
+	var ref refusal
+	for _, e := range es {
+		lim := e.lim
+		if lim.dailyTokens > 0 {
+			if rf, bad := checkDaily(e, limTokens, e.tokens, lim.dailyTokens, n, untilTomorrow); bad {
+				ref.consider(rf)
+			}
+		}
+		if lim.dailyCost > 0 {
+			if rf, bad := checkDaily(e, limCost, e.cost, lim.dailyCost, c, untilTomorrow); bad {
+				ref.consider(rf)
+			}
+		}
+		if lim.rpm > 0 {
+			if w := e.rpm.wait(lim.rpm, 1); w > 0 {
+				ref.consider(refusal{e: e, limit: limRPM, wait: w, quota: lim.rpm,
+					used: lim.rpm - max(e.rpm.level, 0)/windowMicros, requested: 1})
+			}
+		}
+		if lim.tpm > 0 {
+			if n > lim.tpm {
+				ref.consider(refusal{e: e, limit: limTPM, permanent: true, quota: lim.tpm, requested: n})
+			} else if w := e.tpm.wait(lim.tpm, n); w > 0 {
+				ref.consider(refusal{e: e, limit: limTPM, wait: w, quota: lim.tpm,
+					used: lim.tpm - max(e.tpm.level, 0)/windowMicros, requested: n})
+			}
+		}
+	}
+	return ref
+}
+
+// refused completes refusal ref found by check: it marks every limit
+// that refuses (not only the one reported: each of them is genuinely over
+// its limit), and returns the refusal with its Retry-After and the rate
+// headers' figures.
+func refused(es []*entry, ref refusal, n, c int64, now time.Time, untilTomorrow time.Duration, evs []Event) (refusal, Rate, []Event) {
+	for _, e := range es {
+		evs = e.markExceeded(evs, n, c, now, untilTomorrow)
+	}
+	rate := rateOf(es)
+	if ref.limit == limRPM {
+		rate.Requests = ref.e.rpm.window(ref.e.lim.rpm)
+	} else if ref.limit == limTPM {
+		rate.Tokens = ref.e.tpm.window(ref.e.lim.tpm)
+	}
+	if !ref.permanent {
+		ref.wait = longestWait(es, n, c, untilTomorrow)
+	}
+	return ref, rate, evs
 }
 
 // ready reports whether the locked entries can be checked against day d.
@@ -359,7 +362,7 @@ func (e *entry) markExceeded(evs []Event, n, c int64, now time.Time, untilTomorr
 
 // longestWait is the Retry-After of a refusal: after it, every limit that
 // refused has room again (unless other requests take it first).
-func (l *Local) longestWait(es []*entry, n, c int64, untilTomorrow time.Duration) time.Duration {
+func longestWait(es []*entry, n, c int64, untilTomorrow time.Duration) time.Duration {
 	var w time.Duration
 	for _, e := range es {
 		lim := e.lim
@@ -646,8 +649,16 @@ type nopTicket struct{}
 func (nopTicket) Commit(int64, int64) {}
 func (nopTicket) Cancel()             {}
 
-// refuse renders a refusal as the Decision the gateway answers with.
+// refuse renders a refusal as the Decision the gateway answers with and
+// hands out its events.
 func (l *Local) refuse(ref refusal, rate Rate, evs []Event) Decision {
+	d := render(ref, rate, evs)
+	l.emit(evs)
+	return d
+}
+
+// render builds a refusal's Decision, with evs as its Warnings.
+func render(ref refusal, rate Rate, evs []Event) Decision {
 	e := ref.e
 	who := e.s.Kind.String() + " " + e.s.Name
 	d := Decision{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded",
@@ -689,7 +700,6 @@ func (l *Local) refuse(ref refusal, rate Rate, evs []Event) Decision {
 	d.Headers = d.headers()
 	if len(evs) > 0 {
 		d.Warnings = slices.Clone(evs)
-		l.emit(evs)
 	}
 	return d
 }
