@@ -36,17 +36,22 @@ import (
 // logged), and the comparison is repeated on a fresh gateway up to three
 // times. On a quiet host every request agrees.
 func TestBenchAgreesWithLedger(t *testing.T) {
+	// Both sides read clocks in this process; on a loaded 2-core machine
+	// under the race detector a reader can be held off the CPU for
+	// milliseconds, so single requests may disagree. A definition that
+	// differs (a clock started elsewhere, the usage chunk counted) moves
+	// every request: the median difference must be within 1 ms.
 	for attempt := 1; ; attempt++ {
-		problems, disagree, log := benchVersusLedger(t)
-		t.Logf("attempt %d: %s; %d of %d requests disagree by more than 1ms", attempt, log, disagree, benchRequests)
+		problems, medians, log := benchVersusLedger(t)
+		t.Logf("attempt %d: %s; median differences: first token %v, TPOT %v, TPOT to the stream's end %v", attempt, log, medians[0], medians[1], medians[2])
 		for _, p := range problems {
 			t.Logf("attempt %d: %s", attempt, p)
 		}
-		if disagree*10 <= benchRequests {
+		if max(medians[0], medians[1], medians[2]) <= time.Millisecond {
 			return
 		}
 		if attempt == 3 {
-			t.Fatalf("bench and ledger disagreed on more than 10%% of the requests in every attempt; last: %s", strings.Join(problems, "; "))
+			t.Fatalf("bench and ledger: median differences over 1ms in every attempt (first token %v, TPOT %v, TPOT to the stream's end %v)", medians[0], medians[1], medians[2])
 		}
 	}
 }
@@ -54,8 +59,10 @@ func TestBenchAgreesWithLedger(t *testing.T) {
 const benchRequests = 20
 
 // benchVersusLedger is one attempt: it fails the test on what no load
-// explains (counts, ids, tokens) and returns the timing disagreements.
-func benchVersusLedger(t *testing.T) (problems []string, disagree int, summary string) {
+// explains (counts, ids, tokens) and returns the requests that disagree
+// by more than 1 ms and the median differences of the first token's
+// instant, of TPOT, and of TPOT to the stream's end.
+func benchVersusLedger(t *testing.T) (problems []string, medians [3]time.Duration, summary string) {
 	t.Helper()
 	// A model name no tokenizer is known for: the gateway would otherwise
 	// load one in the background during the first requests, and its CPU
@@ -100,8 +107,8 @@ func benchVersusLedger(t *testing.T) (problems []string, disagree int, summary s
 	}
 	var worstTTFT, worstTPOT, worstTransit time.Duration
 	var raw []time.Duration // |bench TTFT − tollgate TTFT|, transit included
+	var diffs [3][]time.Duration
 	for _, row := range s.Requests {
-		before := len(problems)
 		r := byID[row.RequestID]
 		if row.RequestID == "" || r == nil {
 			t.Fatalf("request %d: id %q not in the ledger", row.Index, row.RequestID)
@@ -139,15 +146,20 @@ func benchVersusLedger(t *testing.T) (problems []string, disagree int, summary s
 		if !near(own, *r.Derived.TPOT) {
 			problems = append(problems, fmt.Sprintf("request %s: bench TPOT to the stream's end %.3fms, tollgate recorded %v", row.RequestID, own, *r.Derived.TPOT))
 		}
-		worstTTFT = max(worstTTFT, absDur(time.Duration(*row.TTFTMS*float64(time.Millisecond))-transit-*r.Derived.TTFT))
-		worstTPOT = max(worstTPOT, absDur(time.Duration(*row.TPOTMS*float64(time.Millisecond))-tpot))
-		if len(problems) > before {
-			disagree++
-		}
+		d0 := absDur(time.Duration(*row.TTFTMS*float64(time.Millisecond)) - transit - *r.Derived.TTFT)
+		d1 := absDur(time.Duration(*row.TPOTMS*float64(time.Millisecond)) - tpot)
+		d2 := absDur(time.Duration(own*float64(time.Millisecond)) - *r.Derived.TPOT)
+		diffs[0], diffs[1], diffs[2] = append(diffs[0], d0), append(diffs[1], d1), append(diffs[2], d2)
+		worstTTFT = max(worstTTFT, d0)
+		worstTPOT = max(worstTPOT, d1)
+	}
+	for i, d := range diffs {
+		slices.Sort(d)
+		medians[i] = d[len(d)/2]
 	}
 	// Without the transit taken out, the TTFTs differ by it (logged).
 	slices.Sort(raw)
-	return problems, disagree, fmt.Sprintf("largest difference bench vs ledger: first token %v, TPOT %v; transit client → gateway up to %v; median raw TTFT difference %v",
+	return problems, medians, fmt.Sprintf("largest difference bench vs ledger: first token %v, TPOT %v; transit client → gateway up to %v; median raw TTFT difference %v",
 		worstTTFT, worstTPOT, worstTransit, raw[len(raw)/2])
 }
 
