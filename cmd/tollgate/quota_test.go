@@ -68,7 +68,7 @@ quotas:
 	}
 
 	// The restart: a new limiter over the same file. Nobody sends a request.
-	l, err := newLimiter(cfg, st, nil, nil)
+	l, err := newLimiter(cfg, st, nil, nil, nil, nil)
 	if err != nil || l == nil {
 		t.Fatalf("limiter: %v %v", l, err)
 	}

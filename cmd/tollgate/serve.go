@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/quota/redisquota"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/scrape"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -35,11 +36,14 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
-// newLimiter builds the in-process quota limiter, or nil when no quota is
-// configured. Today's usage per scope is read from the ledger's rollups the
-// first time a scope is seen each day, so a restart does not reset quotas
-// (and preloadQuotas reads it for every configured scope at start).
-func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine) (quota.Limiter, error) {
+// newLimiter builds the quota limiter, or nil when no quota is configured:
+// the in-process one, or the Redis one shared by every replica when
+// quotas.redis.url is set (it implements io.Closer). Today's usage per
+// scope is read from the ledger's rollups the first time a scope is seen
+// each day (with Redis: the first time its day key is missing), so a
+// restart does not reset quotas (and preloadQuotas reads it for every
+// configured scope at start, in process). reg and log may be nil.
+func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
 		return nil, err
@@ -74,6 +78,25 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 			a, until := alert.FromQuota(e, quotaLoc)
 			alerts.Raise(context.Background(), a, e.At, until)
 		}
+	}
+	if q.Redis.URL != "" {
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		l, err := redisquota.New(q, redisquota.Options{Seed: seed, OnEvent: onEvent, Registerer: reg, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		// Not fatal: a Redis that is down at start is an outage like any
+		// other, handled by quotas.redis.on_error until it answers.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := l.Ping(ctx); err != nil {
+			log.Warn("quotas: Redis does not answer; quotas.redis.on_error applies until it does", "err", err)
+		} else {
+			log.Info("quotas: counters shared in Redis", "timeout", q.Redis.TimeoutOrDefault())
+		}
+		return l, nil
 	}
 	l, err := quota.NewLocal(q, time.Now, seed, onEvent)
 	if err != nil {
@@ -335,7 +358,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	var alertsDone sync.WaitGroup
 	alertsDone.Go(func() { win.Run(alertCtx) })
 	// Closed local days of the windows merged, for percentiles over weeks.
-	alertsDone.Go(func() { window.NewCompactor(st, cfg.Location(), log.With("component", "window")).Run(alertCtx, 15*time.Minute) })
+	alertsDone.Go(func() {
+		window.NewCompactor(st, cfg.Location(), log.With("component", "window")).Run(alertCtx, 15*time.Minute)
+	})
 	alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
 	defer func() {
 		stopAlerts()
@@ -343,10 +368,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		_ = disp.Close()
 	}()
 
-	limiter, err := newLimiter(cfg, st, events, alerts)
+	limiter, err := newLimiter(cfg, st, events, alerts, reg, log.With("component", "quota"))
 	if err != nil {
 		stopWriter()
 		return err
+	}
+	if c, ok := limiter.(io.Closer); ok {
+		defer c.Close()
 	}
 
 	// OTLP receiver: engines' own spans (vLLM's llm_request), joined to

@@ -38,6 +38,7 @@ func TestBadConfigs(t *testing.T) {
 		"bad_price.bad.yml":               "prices[0].output: must not be negative",
 		"quota_unknown_key.bad.yml":       `quotas.keys.ghost: no auth key named "ghost"`,
 		"quota_typo.bad.yml":              "quotas.users.alice.daily_token: unknown key (line 3)",
+		"quota_redis.bad.yml":             "quotas.redis.timeout: must be positive (default 50ms); got -5ms\nquotas.redis.on_error.daily_cost: must be open or closed; got \"shut\"",
 		"long_lane_over_max.bad.yml":      "upstreams[0].long_max_concurrency: must be less than max_concurrency (4), or long requests could take every slot; got 4",
 		"long_lane_no_threshold.bad.yml":  "upstreams[0].long_max_concurrency: needs long_input_tokens, the input size above which a request is long",
 		"long_lane_negative.bad.yml":      "upstreams[0].long_input_tokens: must not be negative (0: no long-input lane)",
@@ -97,6 +98,9 @@ func TestFullConfig(t *testing.T) {
 	}
 	if len(cfg.Prices) != 2 || cfg.Prices[1].Input.String() != "0.15" || cfg.Quotas.Users["alice"].DailyCost != "50.00" || cfg.API.Tokens[0].Token != "" {
 		t.Errorf("prices/quotas/api not decoded or token kept: %+v %+v %+v", cfg.Prices, cfg.Quotas, cfg.API)
+	}
+	if r := cfg.Quotas.Redis; r.URL != "redis://127.0.0.1:6379/0" || !r.FailClosed("daily_cost") || r.FailClosed("daily_tokens") || r.TimeoutOrDefault() != 50*time.Millisecond {
+		t.Errorf("quotas.redis: %+v", r)
 	}
 	if q, err := cfg.QuotaConfig(); err != nil || q.Keys[HashKey("sk-search-default")[:12]].DailyTokens != 1000000 {
 		t.Errorf("QuotaConfig: %v %+v", err, q.Keys)

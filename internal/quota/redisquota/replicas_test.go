@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/quota/redisquota/redistest"
 )
 
 // replica is one tollgate replica's limiter: its own client (own
@@ -28,8 +29,8 @@ func replica(t *testing.T, cfg quota.Config, now func() time.Time, seed quota.Se
 	return l, reg
 }
 
-func redisCfg(srv *server, c quota.Config) quota.Config {
-	c.Redis.URL = "redis://" + srv.addr
+func redisCfg(srv *redistest.Server, c quota.Config) quota.Config {
+	c.Redis.URL = "redis://" + srv.Addr
 	if c.Redis.KeyPrefix == "" {
 		c.Redis.KeyPrefix = prefix()
 	}
@@ -135,7 +136,7 @@ func TestRestartKeepsCountersAndKeysExpire(t *testing.T) {
 		t.Errorf("usage after restart: %+v", us)
 	}
 
-	c := srv.client(t)
+	c := srv.Client(t)
 	dayStart, dayEnd := b.p.Day(time.Now())
 	ttl, err := c.TTL(context.Background(), b.dayKey(quota.Scope{Kind: quota.KindUser, Name: "alice"}, dayStart)).Result()
 	if err != nil {
@@ -231,7 +232,7 @@ func TestRedisKilledFailOpenAndClosed(t *testing.T) {
 		t.Fatalf("before the kill: %+v", d)
 	}
 
-	srv.kill(t)
+	srv.Kill(t)
 	if d := ask("open", "k"); !d.Allowed {
 		t.Errorf("fail open: refused %+v", d)
 	}
@@ -262,7 +263,7 @@ func TestRedisKilledFailOpenAndClosed(t *testing.T) {
 	mu.Lock()
 	ledger["user:open"] = 950
 	mu.Unlock()
-	srv.start(t)
+	srv.Restart(t)
 	// Back by itself once the backoff has passed: the first request after
 	// it reaches Redis (up = 1) and is counted against the re-seeded day.
 	waitFor(t, "recovery after Redis restarts", 10*time.Second, func() bool {
@@ -291,7 +292,7 @@ func TestRedisFrozenTimesOut(t *testing.T) {
 	if d, _, err := l.Admit(context.Background(), req); err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
 	}
-	srv.signal(t, syscall.SIGSTOP)
+	srv.Signal(t, syscall.SIGSTOP)
 	done := make(chan quota.Decision, 1)
 	go func() {
 		d, _, _ := l.Admit(context.Background(), req)
@@ -303,7 +304,7 @@ func TestRedisFrozenTimesOut(t *testing.T) {
 			t.Errorf("fail open on timeout: %+v", d)
 		}
 	case <-time.After(30 * time.Second): // a hang, not a speed check
-		srv.signal(t, syscall.SIGCONT)
+		srv.Signal(t, syscall.SIGCONT)
 		t.Fatal("Admit did not return while Redis was frozen: no deadline")
 	}
 	if n := testutil.ToFloat64(l.m.errors.WithLabelValues("admit")); n != 1 {
@@ -312,7 +313,7 @@ func TestRedisFrozenTimesOut(t *testing.T) {
 	if n := testutil.ToFloat64(l.m.failOpen.WithLabelValues(quota.LimitDailyTokens)); n != 1 {
 		t.Errorf("fail_open = %v, want 1", n)
 	}
-	srv.signal(t, syscall.SIGCONT)
+	srv.Signal(t, syscall.SIGCONT)
 	waitFor(t, "recovery after SIGCONT", 10*time.Second, func() bool {
 		d, tk, _ := l.Admit(context.Background(), req)
 		if tk != nil {

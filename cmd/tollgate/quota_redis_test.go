@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/quota"
+	"github.com/tollgate-dev/tollgate/internal/quota/redisquota"
+	"github.com/tollgate-dev/tollgate/internal/quota/redisquota/redistest"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+)
+
+// With quotas.redis.url set, serve's limiter is the Redis one: two
+// replicas built from the same config file share one daily quota (the
+// ledger's usage today seeded once), and their metrics are registered.
+func TestQuotaRedisSharedByReplicas(t *testing.T) {
+	srv := redistest.Start(t, false)
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "q.db")
+	yml := fmt.Sprintf(`store: {sqlite: {path: %s}}
+upstreams:
+  - {name: sim, url: "http://127.0.0.1:1", engine: vllm}
+quotas:
+  users:
+    alice: {daily_tokens: 1000}
+  redis:
+    url: redis://%s
+    key_prefix: %s
+    timeout: 5s
+    on_error: {daily_tokens: closed}
+`, path, srv.Addr, redistest.Prefix())
+	cfgPath := filepath.Join(dir, "tollgate.yml")
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, path, slog.New(slog.DiscardHandler), sqlite.WithLocation(cfg.Location()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	if now.Add(time.Minute).Day() != now.Day() {
+		t.Skip("a minute before midnight UTC: today's rows would be yesterday's by the time the limiter reads them")
+	}
+	if err := st.Insert(ctx, []*record.Record{{RequestID: "a1", UserID: "alice", Model: "m", Arrival: now, Status: 200,
+		Usage: record.Usage{InputTokens: 200, OutputTokens: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	var ls []quota.Limiter
+	for range 2 {
+		reg := prometheus.NewRegistry()
+		events := store.NewEventWriter(st, 64, slog.New(slog.DiscardHandler)) // queued, not written: enough here
+		l, err := newLimiter(cfg, st, events, nil, reg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rl, ok := l.(*redisquota.Limiter)
+		if !ok {
+			t.Fatalf("limiter is %T, want *redisquota.Limiter", l)
+		}
+		defer rl.Close()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, mf := range mfs {
+			names = append(names, mf.GetName())
+		}
+		if got := strings.Join(names, " "); !strings.Contains(got, "tollgate_quota_fail_open_total") || !strings.Contains(got, "tollgate_quota_backend_errors_total") {
+			t.Errorf("metrics registered: %s", got)
+		}
+		ls = append(ls, l)
+	}
+	// 300 in the ledger; 7 × 100 more fit, alternating replicas; the 8th
+	// is refused by whichever replica gets it.
+	admitted := 0
+	for i := range 10 {
+		d, tk, err := ls[i%2].Admit(ctx, quota.Request{Subject: quota.Subject{UserID: "alice"}, EstInputTokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+			tk.Commit(100, 0)
+		} else if d.Limit != quota.LimitDailyTokens {
+			t.Fatalf("refused by %s: %s", d.Limit, d.Message)
+		}
+	}
+	if admitted != 7 {
+		t.Errorf("admitted %d over two replicas, want 7 (1000 − 300 in the ledger, 100 each)", admitted)
+	}
+	if us := quota.Reader(ls[1]).Usage(time.Now()); len(us) != 1 || us[0].Used != 1000 {
+		t.Errorf("usage seen by the other replica: %+v", us)
+	}
+}
