@@ -12,8 +12,10 @@ FUZZTIME="${FUZZTIME:-8s}"
 # prometheus: promtool, for deploy/prometheus; chromium: the dashboard's
 # browser test (cmd/tollgate/ui_test.go); fonts-wqy-microhei: Chinese
 # glyphs in its screenshots; clickhouse-server: the ClickHouse store's
-# tests (internal/store/clickhouse start one server per test binary).
-PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server)
+# tests (internal/store/clickhouse start one server per test binary);
+# redis-server: the shared quota counters' tests (internal/quota/redisquota,
+# cmd/tollgate), which start, kill and freeze their own servers.
+PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server redis-server)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
