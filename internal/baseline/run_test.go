@@ -14,10 +14,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// freshSim serves a new simulator: the same config and the same sequence
-// of requests give the same outputs, as a deterministic engine would. (The
-// simulator draws words from one source for all requests, so a prompt
-// repeated within a run gets other words: the suite here runs once.)
+// freshSim serves a new simulator: seeded requests (the suite's default)
+// get answers that depend only on the engine's config, the model, the
+// prompt and the seed, as a deterministic engine's would — also when a
+// prompt is repeated within a run.
 func freshSim(t *testing.T, cfg sim.Config) string {
 	t.Helper()
 	eng, err := sim.New(cfg, slog.New(slog.DiscardHandler), nil)
@@ -35,7 +35,7 @@ func freshSim(t *testing.T, cfg sim.Config) string {
 const suiteYAML = `
 model: Qwen/Qwen3-8B
 max_tokens: 40
-repeat: 1
+repeat: 2
 prompts:
   - id: returns
     messages: [{role: user, content: "Can I return shoes after thirty days?"}]
@@ -82,8 +82,8 @@ func TestRunAndCompareAgainstSim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b.Samples) != 10 {
-			t.Fatalf("%d samples, want 10", len(b.Samples))
+		if len(b.Samples) != 20 {
+			t.Fatalf("%d samples, want 20 (10 prompts twice)", len(b.Samples))
 		}
 		for _, sm := range b.Samples {
 			if !sm.OK || sm.InputTokens == 0 || sm.OutputSHA256 == "" {
@@ -105,7 +105,7 @@ func TestRunAndCompareAgainstSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if saved.ServedModels[0] != "Qwen/Qwen3-8B" || len(saved.Samples) != 10 || saved.SuiteHash != s.Hash() {
+	if saved.ServedModels[0] != "Qwen/Qwen3-8B" || len(saved.Samples) != 20 || saved.SuiteHash != s.Hash() {
 		t.Fatalf("saved baseline %+v", saved)
 	}
 

@@ -148,6 +148,7 @@ type (
 		MinTokens     int            `json:"min_tokens"`
 		IgnoreEOS     bool           `json:"ignore_eos"`
 		N             *int           `json:"n"`
+		Seed          *int64         `json:"seed"`
 	}
 	chatMessage struct {
 		Role    string          `json:"role"`
@@ -166,6 +167,7 @@ type (
 		MinTokens     int             `json:"min_tokens"`
 		IgnoreEOS     bool            `json:"ignore_eos"`
 		N             *int            `json:"n"`
+		Seed          *int64          `json:"seed"`
 	}
 	embeddingRequest struct {
 		Model          string          `json:"model"`
@@ -185,6 +187,7 @@ type genRequest struct {
 	maxTokens    *int
 	minTokens    int
 	ignoreEOS    bool
+	seed         *int64 // set: each output depends only on model, prompt and seed
 }
 
 func (e *Engine) chat(w http.ResponseWriter, r *http.Request) error {
@@ -215,7 +218,7 @@ func (e *Engine) chat(w http.ResponseWriter, r *http.Request) error {
 	}
 	g := genRequest{
 		chat: true, model: model, prompts: [][]uint32{chatTokens(req.Messages)},
-		stream: req.Stream, maxTokens: maxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS,
+		stream: req.Stream, maxTokens: maxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS, seed: req.Seed,
 	}
 	if err := g.check(req.StreamOptions, req.N); err != nil {
 		return err
@@ -275,7 +278,7 @@ func (e *Engine) completions(w http.ResponseWriter, r *http.Request) error {
 	}
 	g := genRequest{
 		model: model, prompts: prompts, stream: req.Stream,
-		maxTokens: req.MaxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS,
+		maxTokens: req.MaxTokens, minTokens: req.MinTokens, ignoreEOS: req.IgnoreEOS, seed: req.Seed,
 	}
 	if err := g.check(req.StreamOptions, req.N); err != nil {
 		return err

@@ -440,3 +440,30 @@ func TestRequestIDHeaderKeepsOutput(t *testing.T) {
 		t.Errorf("output %q directly, %q with X-Request-Id", direct, behind)
 	}
 }
+
+// TestSeedMakesAnswersDeterministic: with a seed, the same prompt gets the
+// same answer (length and words) however many other requests came between,
+// and another seed or prompt gets another; without one, answers vary.
+func TestSeedMakesAnswersDeterministic(t *testing.T) {
+	h := start(t, Config{Seed: 1, OutputMean: 40})
+	answer := func(body map[string]any) string {
+		var got chatResponse
+		h.postJSON("/v1/chat/completions", body, http.StatusOK, &got)
+		return got.Choices[0].Message.Content + "|" + got.Choices[0].FinishReason
+	}
+	a1 := answer(chatBody("summarise the report", "seed", 7))
+	answer(chatBody("something else"))
+	a2 := answer(chatBody("summarise the report", "seed", 7))
+	if a1 != a2 {
+		t.Errorf("same prompt and seed, two answers:\n%s\n%s", a1, a2)
+	}
+	if b := answer(chatBody("summarise the report", "seed", 8)); b == a1 {
+		t.Errorf("another seed gave the same answer: %s", b)
+	}
+	if b := answer(chatBody("summarise the memo", "seed", 7)); b == a1 {
+		t.Errorf("another prompt gave the same answer: %s", b)
+	}
+	if u1, u2 := answer(chatBody("summarise the report")), answer(chatBody("summarise the report")); u1 == u2 {
+		t.Errorf("without a seed, two identical answers: %s", u1)
+	}
+}

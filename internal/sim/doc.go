@@ -96,5 +96,9 @@
 // Every accepted request takes a fixed number of draws from the engine's seeded source and
 // derives all its randomness (id, length, faults, words) from it, so the same
 // seed and the same sequence of requests give the same responses. Concurrent
-// requests get their draws in arrival order.
+// requests get their draws in arrival order. A request with a "seed" field
+// gets its answer (length and words) from that seed, the engine's own seed
+// (standing for its weights), the model and the prompt only, whatever came
+// before it — as a seeded or greedy real engine answers the same prompt the
+// same way; baseline regression (internal/baseline) relies on it.
 package sim

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -63,7 +65,14 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 	}
 	total := 0
 	for i, prompt := range g.prompts {
-		target, reason := e.outputLength(rng, pinned, g)
+		// With a seed, as with a seeded engine, the answer (its length and
+		// words) depends only on the engine (Config.Seed stands for its
+		// weights), the model, the prompt and the seed.
+		out := rng
+		if g.seed != nil {
+			out = seededRand(uint64(e.cfg.Seed), g.model, *g.seed, prompt)
+		}
+		target, reason := e.outputLength(out, pinned, g)
 		id := q.id
 		if len(g.prompts) > 1 {
 			id = fmt.Sprintf("%s-%d", q.id, i) // vLLM's sub-request ids
@@ -73,7 +82,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 			stream: g.stream, prompt: prompt, target: target, reason: reason,
 			arrival: arrival, notify: q.notify, done: make(chan struct{}),
 		}
-		q.words[i] = rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		q.words[i] = rand.New(rand.NewPCG(out.Uint64(), out.Uint64()))
 		total += target
 	}
 	q.plan = e.drawFaults(rng, total)
@@ -91,6 +100,23 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		return q.stream(ctx, w)
 	}
 	return q.whole(ctx, w)
+}
+
+// seededRand is the random source of a seeded request's answer.
+func seededRand(engine uint64, model string, seed int64, prompt []uint32) *rand.Rand {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], engine)
+	h.Write(b[:])
+	h.Write([]byte(model))
+	binary.LittleEndian.PutUint64(b[:], uint64(seed))
+	h.Write(b[:])
+	for _, id := range prompt {
+		binary.LittleEndian.PutUint32(b[:4], id)
+		h.Write(b[:4])
+	}
+	x := h.Sum64()
+	return rand.New(rand.NewPCG(x, x^0x9e3779b97f4a7c15))
 }
 
 // outputLength decides how many tokens a sequence generates and why it
