@@ -78,9 +78,9 @@ type Redis struct {
 	// Timeout bounds each call to Redis on the request path (default
 	// 50ms); a call that takes longer counts as Redis unavailable.
 	Timeout time.Duration `yaml:"timeout"`
-	// Backoff is how long Redis is not asked again after a failed call
-	// (default 1s): meanwhile requests get the OnError policy at once
-	// instead of each waiting for Timeout.
+	// Backoff is how long Redis is not asked again after three failed
+	// calls in a row (default 1s): meanwhile requests get the OnError
+	// policy at once instead of each waiting for Timeout.
 	Backoff time.Duration `yaml:"backoff"`
 	// OnError is, per limit (daily_tokens, daily_cost,
 	// requests_per_minute, tokens_per_minute), what happens to a request

@@ -16,10 +16,11 @@
 // (quotas.redis.timeout, default 50 ms) and no retry. A call that fails or
 // times out applies each limit's configured policy (quotas.redis.on_error):
 // "open" admits the request uncounted, "closed" refuses it with 503 and
-// Retry-After. After a failure Redis is not asked again for
-// quotas.redis.backoff (default 1 s), so during an outage requests get the
-// policy at once instead of each waiting for the deadline; the first
+// Retry-After. After three failed calls in a row Redis is not asked again
+// for quotas.redis.backoff (default 1 s), so during an outage requests get
+// the policy at once instead of each waiting for the deadline; the first
 // request after the backoff tries again, so service resumes by itself.
+// A request's settlement (Ticket.Commit) runs with the same deadline.
 //
 // There is no local token cache or batching: batching would let replicas
 // admit from their own shares and overshoot at the boundary, which is
@@ -77,8 +78,14 @@ type Limiter struct {
 	m       *metrics
 	seen    seen
 
-	downUntil atomic.Int64 // unix ns until which Redis is not asked
+	failures  atomic.Int64 // consecutive failed calls
+	downUntil atomic.Int64 // unix ns until which Redis is not asked; 0 when not tripped
 }
+
+// tripAfter consecutive failed calls start the backoff: one slow call (a
+// hiccup) only decides its own request by the policy; an outage, which
+// fails every call, stops the asking after a few.
+const tripAfter = 3
 
 // New connects to cfg.Redis.URL (lazily: New does no I/O, a Redis that is
 // down at start is handled as any outage). cfg's Keys must be resolved to
@@ -119,7 +126,14 @@ func New(cfg quota.Config, o Options) (*Limiter, error) {
 func (l *Limiter) Close() error { return l.rdb.Close() }
 
 // Ping checks that Redis answers, for a readiness message at start.
-func (l *Limiter) Ping(ctx context.Context) error { return l.rdb.Ping(ctx).Err() }
+func (l *Limiter) Ping(ctx context.Context) error {
+	if err := l.rdb.Ping(ctx).Err(); err != nil {
+		l.m.up.Set(0)
+		return err
+	}
+	l.m.up.Set(1)
+	return nil
+}
 
 func (l *Limiter) dayKey(s quota.Scope, day time.Time) string {
 	return l.prefix + "d:" + s.Kind.String() + ":" + s.Name + ":" + strconv.FormatInt(day.Unix(), 10)
@@ -277,17 +291,28 @@ func boolArg(b bool) int {
 
 func (l *Limiter) isDown(now time.Time) bool { return now.UnixNano() < l.downUntil.Load() }
 
-// failed records a failed call and starts the backoff.
+// failed records a failed call and, after tripAfter in a row, starts the
+// backoff.
 func (l *Limiter) failed(op string, err error) {
 	l.m.errors.WithLabelValues(op).Inc()
 	l.m.up.Set(0)
-	until := l.now().Add(l.backoff).UnixNano()
-	if prev := l.downUntil.Swap(until); prev < l.now().UnixNano() {
-		l.log.Warn("quota: Redis unavailable; applying quotas.redis.on_error", "op", op, "err", err, "retry_in", l.backoff)
+	if l.failures.Add(1) < tripAfter {
+		return
+	}
+	now := l.now()
+	if prev := l.downUntil.Swap(now.Add(l.backoff).UnixNano()); prev == 0 {
+		l.log.Warn("quota: Redis unavailable; quotas.redis.on_error applies", "op", op, "err", err, "retry_every", l.backoff)
 	}
 }
 
-func (l *Limiter) up() { l.m.up.Set(1) }
+// up records a successful call.
+func (l *Limiter) up() {
+	l.m.up.Set(1)
+	l.failures.Store(0)
+	if l.downUntil.Load() != 0 && l.downUntil.Swap(0) != 0 {
+		l.log.Info("quota: Redis answers again")
+	}
+}
 
 // unavailable decides without Redis: refused if any stateful limit of
 // the request fails closed, else admitted uncounted.
@@ -416,7 +441,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "tollgate_quota_backend_errors_total",
-			Help:        "Calls to the shared quota store that failed or timed out, by operation (admit, commit, seed, usage).",
+			Help:        "Calls to the shared quota store that failed or timed out, by operation (admit, commit, seed, usage); commit also counts settlements skipped during the backoff.",
 			ConstLabels: prometheus.Labels{"backend": "redis"},
 		}, []string{"op"}),
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -429,7 +454,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"limit"}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "tollgate_quota_backend_up",
-			Help:        "1 when the last call to the shared quota store succeeded, 0 after a failure.",
+			Help:        "1 when the last call to the shared quota store (or the ping at start) succeeded, 0 after a failure.",
 			ConstLabels: prometheus.Labels{"backend": "redis"},
 		}),
 	}
@@ -449,8 +474,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // seen remembers the scopes under a default daily limit that this
 // replica has met today, for Usage (named ones are always listed).
 type seen struct {
-	mu sync.Mutex
-	m  map[quota.Scope]int64 // scope → start of the last quota day it was met (unix s)
+	mu  sync.Mutex
+	day int64                 // the latest quota day met (unix s)
+	m   map[quota.Scope]int64 // scope → start of the last quota day it was met
 }
 
 func (s *seen) add(sc []quota.Scoped, day int64) {
@@ -459,8 +485,10 @@ func (s *seen) add(sc []quota.Scoped, day int64) {
 			continue
 		}
 		s.mu.Lock()
-		if s.m == nil {
-			s.m = map[quota.Scope]int64{}
+		if s.m == nil || day > s.day {
+			// A new day forgets the last one's: memory stays bounded by
+			// the scopes met in a day, Usage called or not.
+			s.m, s.day = map[quota.Scope]int64{}, day
 		}
 		s.m[sc[i].Scope] = day
 		s.mu.Unlock()

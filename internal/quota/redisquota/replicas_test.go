@@ -322,3 +322,55 @@ func TestRedisFrozenTimesOut(t *testing.T) {
 		return d.Allowed && testutil.ToFloat64(l.m.up) == 1
 	})
 }
+
+// One failed call decides only its own request by the policy; three in a
+// row stop the asking for the backoff (calls are not even tried: no new
+// errors, the policy at once), and the first call after it reaches Redis.
+func TestBackoffTripsAfterConsecutiveFailures(t *testing.T) {
+	srv := startRedis(t, true)
+	clk := &clock{t: start()}
+	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
+	cfg.Redis.Timeout = 50 * time.Millisecond
+	cfg.Redis.Backoff = time.Hour // on the hand-driven clock
+	l, _ := replica(t, cfg, clk.Now, nil)
+	req := quota.Request{Subject: quota.Subject{UserID: "alice"}, EstInputTokens: 10}
+	admit := func() quota.Decision {
+		t.Helper()
+		d, _, err := l.Admit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	errs := func() float64 { return testutil.ToFloat64(l.m.errors.WithLabelValues("admit")) }
+	opens := func() float64 { return testutil.ToFloat64(l.m.failOpen.WithLabelValues(quota.LimitDailyTokens)) }
+
+	srv.Signal(t, syscall.SIGSTOP)
+	admit()
+	srv.Signal(t, syscall.SIGCONT)
+	if d := admit(); !d.Allowed || errs() != 1 || testutil.ToFloat64(l.m.up) != 1 {
+		t.Fatalf("after one hiccup Redis must be asked again: %+v errors=%v", d, errs())
+	}
+
+	srv.Signal(t, syscall.SIGSTOP)
+	for range tripAfter {
+		admit()
+	}
+	if errs() != 1+tripAfter || opens() != 1+tripAfter {
+		t.Fatalf("errors=%v fail_open=%v, want %d each", errs(), opens(), 1+tripAfter)
+	}
+	srv.Signal(t, syscall.SIGCONT)
+	for range 5 { // tripped: the policy at once, Redis not asked
+		if d := admit(); !d.Allowed {
+			t.Fatalf("fail open: %+v", d)
+		}
+	}
+	if errs() != 1+tripAfter || opens() != 6+tripAfter {
+		t.Fatalf("during the backoff: errors=%v (want %d: no call) fail_open=%v (want %d)", errs(), 1+tripAfter, opens(), 6+tripAfter)
+	}
+	clk.Add(time.Hour + time.Second)
+	admit()
+	if testutil.ToFloat64(l.m.up) != 1 || opens() != 6+tripAfter {
+		t.Errorf("after the backoff the next request must reach Redis: up=%v fail_open=%v", testutil.ToFloat64(l.m.up), opens())
+	}
+}
