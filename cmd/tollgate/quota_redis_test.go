@@ -92,6 +92,11 @@ quotas:
 		}
 		ls = append(ls, l)
 	}
+	// The ledger's 300 installed at start by one replica, seen by the other.
+	preloadQuotas(ctx, ls[0], st, slog.New(slog.DiscardHandler))
+	if us := quota.Reader(ls[1]).Usage(time.Now()); len(us) != 1 || us[0].Used != 300 {
+		t.Fatalf("usage after one replica's preload: %+v", us)
+	}
 	// 300 in the ledger; 7 × 100 more fit, alternating replicas; the 8th
 	// is refused by whichever replica gets it.
 	admitted := 0

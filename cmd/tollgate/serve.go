@@ -131,7 +131,10 @@ func quotaDaySeed(a store.Analytics) quota.DaySeedFunc {
 // each scope's first request. Requests do not wait for it: one whose scope
 // is not loaded yet seeds that scope itself, as without a preload.
 func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Analytics, log *slog.Logger) {
-	ql, ok := l.(*quota.Local)
+	// quota.Local and redisquota.Limiter both preload.
+	ql, ok := l.(interface {
+		Preload(context.Context, quota.DaySeedFunc) error
+	})
 	if !ok {
 		return
 	}

@@ -123,6 +123,10 @@ func (p *Policy) Named() []Scoped {
 	return out
 }
 
+// DefaultDaily reports whether the default limits of kind k have a daily
+// quota.
+func (p *Policy) DefaultDaily(k Kind) bool { return p.def[k] != nil && p.def[k].daily() }
+
 // Day returns the quota day containing t: [start, end) in the configured
 // zone.
 func (p *Policy) Day(t time.Time) (start, end time.Time) {

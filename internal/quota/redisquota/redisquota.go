@@ -584,3 +584,58 @@ func subjectOf(s quota.Scope) quota.Subject {
 	}
 	return quota.Subject{BizLine: s.Name}
 }
+
+// Preload installs today's usage recorded in the ledger for every scope
+// with a daily limit whose day key does not exist yet — every subject
+// listed by name, and every subject under a default daily limit with usage
+// today — so that the budget-burn view is right before each scope's first
+// request (after Redis lost its data, or on the fleet's first start). It
+// reads the ledger with one query per kind. It cannot count anything
+// twice: a day key with usage already has its seed mark, and the seed
+// script only writes a key without one (as a request's seed does).
+func (l *Limiter) Preload(ctx context.Context, all quota.DaySeedFunc) error {
+	now := l.now()
+	dayStart, dayEnd := l.p.Day(now)
+	named := l.p.Named()
+	var errs []error
+	for kind := range quota.Kind(3) {
+		var mine []quota.Scoped
+		for _, s := range named {
+			if s.Scope.Kind == kind {
+				mine = append(mine, s)
+			}
+		}
+		useDef := l.p.DefaultDaily(kind)
+		if len(mine) == 0 && !useDef {
+			continue
+		}
+		used, err := all(ctx, kind, dayStart)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load %s usage of %s: %w", kind, dayStart.Format(time.DateOnly), err))
+			continue
+		}
+		install := func(s quota.Scoped, u quota.Used) error {
+			_, err := l.run(ctx, seedScript, []string{l.dayKey(s.Scope, dayStart)}, []any{max(u.Tokens, 0), max(u.CostNanos, 0), dayExpiry(dayEnd)})
+			return err
+		}
+		for _, s := range mine {
+			if err := install(s, used[s.Scope.Name]); err != nil {
+				return errors.Join(append(errs, fmt.Errorf("quota preload: %w", err))...)
+			}
+		}
+		if !useDef {
+			continue
+		}
+		for name, u := range used {
+			sc := l.p.Scopes(subjectOf(quota.Scope{Kind: kind, Name: name}))
+			if name == "" || len(sc) != 1 || !sc[0].Default || !sc[0].Daily() {
+				continue
+			}
+			if err := install(sc[0], u); err != nil {
+				return errors.Join(append(errs, fmt.Errorf("quota preload: %w", err))...)
+			}
+			l.seen.add(sc, dayStart.Unix())
+		}
+	}
+	return errors.Join(errs...)
+}

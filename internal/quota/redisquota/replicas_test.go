@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -372,5 +373,51 @@ func TestBackoffTripsAfterConsecutiveFailures(t *testing.T) {
 	admit()
 	if testutil.ToFloat64(l.m.up) != 1 || opens() != 6+tripAfter {
 		t.Errorf("after the backoff the next request must reach Redis: up=%v fail_open=%v", testutil.ToFloat64(l.m.up), opens())
+	}
+}
+
+// Preload installs the ledger's usage of today for the named scopes and
+// the default-limited ones with usage, once: a second preload (another
+// replica starting) and a request's own seed change nothing.
+func TestPreload(t *testing.T) {
+	srv := startRedis(t, false)
+	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}, "carol": {DailyCost: "1"}},
+		Default: quota.Defaults{User: quota.Limits{DailyTokens: 500}}})
+	ledger := map[string]quota.Used{"alice": {Tokens: 300}, "bob": {Tokens: 50}, "dave": {Tokens: 7, CostNanos: 9}}
+	all := func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {
+		if k != quota.KindUser {
+			t.Errorf("preload read kind %s, which has no daily limit", k)
+		}
+		return ledger, nil
+	}
+	seeds := 0
+	seed := func(ctx context.Context, s quota.Scope, day time.Time) (int64, int64, error) {
+		seeds++
+		return 999, 0, nil // never used: every scope of the test is preloaded
+	}
+	a, _ := replica(t, cfg, time.Now, seed)
+	if err := a.Preload(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	ledger["alice"] = quota.Used{Tokens: 5000} // a second replica reading later must not add it
+	b, _ := replica(t, cfg, time.Now, seed)
+	if err := b.Preload(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, u := range a.Usage(time.Now()) {
+		got[u.Scope+" "+u.Limit] = u.Used
+	}
+	want := map[string]int64{"user:alice daily_tokens": 300, "user:bob daily_tokens": 50, "user:carol daily_cost": 0, "user:dave daily_tokens": 7}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("usage after preload (-want +got):\n%s", diff)
+	}
+	d, tk, err := b.Admit(context.Background(), quota.Request{Subject: quota.Subject{UserID: "alice"}, EstInputTokens: 700})
+	if err != nil || !d.Allowed {
+		t.Fatalf("300 + 700 of 1000: %+v %v", d, err)
+	}
+	tk.Cancel()
+	if seeds != 0 {
+		t.Errorf("%d request seeds after a preload", seeds)
 	}
 }
