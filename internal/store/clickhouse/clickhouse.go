@@ -52,9 +52,17 @@ type Config struct {
 	// Database holds the tables; it is created if missing. Default
 	// "tollgate".
 	Database string
+	// Timeout bounds each call to the server, so that a server that hangs
+	// fails the call (and the queue in front retries it) rather than
+	// holding it forever. Default 30s.
+	Timeout time.Duration
 	// Client is the HTTP client; nil uses one of the store's own.
 	Client *http.Client
 }
+
+// defaultTimeout is Config.Timeout's zero value: ample for a batch of
+// thousands of rows or a listing, short enough to notice a hung server.
+const defaultTimeout = 30 * time.Second
 
 // Store is a store.Store on a ClickHouse database.
 type Store struct {
@@ -97,7 +105,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		s.own = http.DefaultTransport.(*http.Transport).Clone()
 		hc = &http.Client{Transport: s.own}
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = defaultTimeout
+	}
 	s.c = newClient(hc, base)
+	s.c.timeout = cfg.Timeout
 	if err := s.open(ctx); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one that matters
 		return nil, fmt.Errorf("open ClickHouse store at %s, database %q: %w", base.Redacted(), cfg.Database, err)
@@ -342,8 +354,9 @@ func (s *Store) read(ctx context.Context, q string, withTimeline bool) ([]*recor
 // client is the HTTP interface: queries in the body, settings in the URL,
 // RowBinary both ways.
 type client struct {
-	hc   *http.Client
-	base *url.URL
+	hc      *http.Client
+	base    *url.URL
+	timeout time.Duration // per call; 0 means none
 }
 
 func newClient(hc *http.Client, base *url.URL) *client {
@@ -357,6 +370,11 @@ const maxErrorBody = 4 << 10
 // body to read. wait_end_of_query makes the server buffer the result, so
 // an error during the query is an HTTP error, never a 200 cut short.
 func (c *client) do(ctx context.Context, params url.Values, body io.Reader, read func(io.Reader) error) error {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	u := *c.base
 	u.User = nil
 	q := u.Query()
