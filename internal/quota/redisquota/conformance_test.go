@@ -205,6 +205,30 @@ var conformance = []struct {
 		},
 	},
 	{
+		name: "several limits refuse at once: the longest wait, every one marked",
+		cfg: quota.Config{
+			Keys:  map[string]quota.Limits{"k2": {RequestsPerMinute: 2, DailyCost: "0.000000100"}},
+			Users: map[string]quota.Limits{"hal": {TokensPerMinute: 100, DailyTokens: 150}},
+		},
+		steps: []step{
+			admitS("hal", "k2", "", 30, 30, 60, ""),
+			admitS("hal", "k2", "", 10, 10, 30, ""),
+			admitS("hal", "k2", "", 20, 20, 20, quota.LimitDailyCost), // rpm, tpm and cost all refuse
+			waitS(30 * time.Second),
+			admitS("hal", "k2", "", 5, 5, 5, ""),
+			commitS(1, 200, 90), // tokens over the day's quota, cost over its budget
+			commitS(2, 0, 0),
+			admitS("hal", "k2", "", 0, 0, 0, quota.LimitDailyTokens), // cost 90 + 5 in flight: room left
+			admitS("", "k2", "", 0, 0, 6, quota.LimitDailyCost),
+			cancelS(5),
+			waitS(2 * time.Minute),
+			admitS("", "k2", "", 0, 0, 6, ""),
+			admitS("hal", "", "", 0, 0, 0, quota.LimitDailyTokens),
+			{op: "midnight"},
+			admitS("hal", "k2", "", 50, 50, 50, ""),
+		},
+	},
+	{
 		name: "seeded from the ledger",
 		cfg:  quota.Config{Timezone: "Asia/Shanghai", Users: map[string]quota.Limits{"gina": {DailyTokens: 1000, DailyCost: "1"}}},
 		seed: map[string][2]int64{"user:gina": {950, 2e8}},

@@ -189,6 +189,9 @@ func (l *Limiter) Admit(ctx context.Context, r quota.Request) (quota.Decision, q
 	for attempt := 0; ; attempt++ {
 		var err error
 		res, err = l.run(ctx, admitScript, keys, args)
+		if err == nil && len(res) != 2+7*len(sc) && (len(res) != 2 || res[0] != -1) {
+			err = fmt.Errorf("admit script returned %d values for %d scopes", len(res), len(sc))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				l.emit(evs)
@@ -413,6 +416,9 @@ func (t *ticket) settle(tokens, cost int64, cancel bool) {
 	args := []any{now.UnixMicro(), t.tokens, t.cost, tokens, cost, boolArg(cancel && t.reserved), boolArg(today), len(t.sc)}
 	args = scopeArgs(args, t.sc)
 	res, err := l.run(context.Background(), commitScript, keys, args)
+	if err == nil && len(res) != 5*len(t.sc) {
+		err = fmt.Errorf("commit script returned %d values for %d scopes", len(res), len(t.sc))
+	}
 	if err != nil {
 		l.failed("commit", err)
 		return
