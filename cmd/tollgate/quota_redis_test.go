@@ -43,7 +43,7 @@ quotas:
     key_prefix: %s
     timeout: 5s
     on_error: {daily_tokens: closed}
-`, path, srv.Addr, redistest.Prefix())
+`, path, srv.Addr, srv.Prefix(t))
 	cfgPath := filepath.Join(dir, "tollgate.yml")
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ quotas:
 func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 	srv := redistest.Start(t, true)
 	up := startSimServer(t, sim.Config{})
-	prefix := redistest.Prefix()
+	prefix := srv.Prefix(t)
 	var addrs []string
 	for range 2 {
 		cfg := shutdownConfig(t, up, time.Second)

@@ -264,7 +264,7 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			rcfg := tc.cfg
-			rcfg.Redis = quota.Redis{URL: "redis://" + srv.Addr, KeyPrefix: prefix(), Timeout: 2 * time.Second}
+			rcfg.Redis = quota.Redis{URL: "redis://" + srv.Addr, KeyPrefix: srv.Prefix(t), Timeout: 2 * time.Second}
 			red, err := New(rcfg, Options{Seed: seed, OnEvent: rev.add, Now: clk.Now})
 			if err != nil {
 				t.Fatal(err)

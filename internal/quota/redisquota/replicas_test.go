@@ -30,10 +30,10 @@ func replica(t *testing.T, cfg quota.Config, now func() time.Time, seed quota.Se
 	return l, reg
 }
 
-func redisCfg(srv *redistest.Server, c quota.Config) quota.Config {
+func redisCfg(t *testing.T, srv *redistest.Server, c quota.Config) quota.Config {
 	c.Redis.URL = "redis://" + srv.Addr
 	if c.Redis.KeyPrefix == "" {
-		c.Redis.KeyPrefix = prefix()
+		c.Redis.KeyPrefix = srv.Prefix(t)
 	}
 	if c.Redis.Timeout == 0 {
 		// Generous: the race detector and a shared 2-core machine must not
@@ -63,7 +63,7 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 		{"tokens_per_minute", quota.Limits{TokensPerMinute: 600}, quota.Request{EstInputTokens: 2, EstOutputTokens: 4}, 100, quota.LimitTokensPerMinute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": tc.lim}})
+			cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": tc.lim}})
 			a, _ := replica(t, cfg, now, nil)
 			b, _ := replica(t, cfg, now, nil)
 			req := tc.req
@@ -118,7 +118,7 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 // day ends and the bucket key two minutes after its last use.
 func TestRestartKeepsCountersAndKeysExpire(t *testing.T) {
 	srv := startRedis(t, false)
-	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 100, RequestsPerMinute: 1000}}})
+	cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 100, RequestsPerMinute: 1000}}})
 	a, _ := replica(t, cfg, time.Now, nil)
 	req := quota.Request{Subject: quota.Subject{UserID: "alice"}, EstInputTokens: 10, EstOutputTokens: 30}
 	d, tk, err := a.Admit(context.Background(), req)
@@ -157,7 +157,7 @@ func TestRestartKeepsCountersAndKeysExpire(t *testing.T) {
 // ledger once between them, not once each.
 func TestSeedOnceAcrossReplicas(t *testing.T) {
 	srv := startRedis(t, false)
-	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
+	cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
 	var calls atomic.Int64
 	release := make(chan struct{})
 	seed := func(ctx context.Context, s quota.Scope, day time.Time) (int64, int64, error) {
@@ -203,7 +203,7 @@ func TestSeedOnceAcrossReplicas(t *testing.T) {
 // empty: the seed restores the day's usage from the ledger.
 func TestRedisKilledFailOpenAndClosed(t *testing.T) {
 	srv := startRedis(t, true)
-	cfg := redisCfg(srv, quota.Config{
+	cfg := redisCfg(t, srv, quota.Config{
 		Users: map[string]quota.Limits{"open": {DailyTokens: 1000}, "closed": {DailyCost: "1"}, "both": {DailyTokens: 1000, DailyCost: "1"}},
 		Keys:  map[string]quota.Limits{"k": {RequestsPerMinute: 1000}},
 	})
@@ -285,7 +285,7 @@ func TestRedisKilledFailOpenAndClosed(t *testing.T) {
 // up after quotas.redis.timeout and the policy applies.
 func TestRedisFrozenTimesOut(t *testing.T) {
 	srv := startRedis(t, true)
-	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
+	cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
 	cfg.Redis.Timeout = 50 * time.Millisecond
 	cfg.Redis.Backoff = 20 * time.Millisecond
 	l, _ := replica(t, cfg, time.Now, nil)
@@ -330,7 +330,7 @@ func TestRedisFrozenTimesOut(t *testing.T) {
 func TestBackoffTripsAfterConsecutiveFailures(t *testing.T) {
 	srv := startRedis(t, true)
 	clk := &clock{t: start()}
-	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
+	cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}}})
 	cfg.Redis.Timeout = 50 * time.Millisecond
 	cfg.Redis.Backoff = time.Hour // on the hand-driven clock
 	l, _ := replica(t, cfg, clk.Now, nil)
@@ -381,7 +381,7 @@ func TestBackoffTripsAfterConsecutiveFailures(t *testing.T) {
 // replica starting) and a request's own seed change nothing.
 func TestPreload(t *testing.T) {
 	srv := startRedis(t, false)
-	cfg := redisCfg(srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}, "carol": {DailyCost: "1"}},
+	cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": {DailyTokens: 1000}, "carol": {DailyCost: "1"}},
 		Default: quota.Defaults{User: quota.Limits{DailyTokens: 500}}})
 	ledger := map[string]quota.Used{"alice": {Tokens: 300}, "bob": {Tokens: 50}, "dave": {Tokens: 7, CostNanos: 9}}
 	all := func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {

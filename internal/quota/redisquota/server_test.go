@@ -12,6 +12,5 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
 	startRedis = redistest.Start
-	prefix     = redistest.Prefix
 	waitFor    = redistest.WaitFor
 )

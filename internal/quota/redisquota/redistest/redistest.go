@@ -151,11 +151,23 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 }
 
 // Prefix is a key prefix of the test's own, so that tests sharing
-// TOLLGATE_REDIS_ADDR never see each other's keys.
-func Prefix() string {
+// TOLLGATE_REDIS_ADDR never see each other's keys; its keys are deleted
+// when the test ends (if the server still runs).
+func (s *Server) Prefix(t testing.TB) string {
 	b := make([]byte, 6)
 	rand.Read(b)
-	return "tgtest-" + hex.EncodeToString(b)
+	p := "tgtest-" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DisableIdentity: true})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		it := c.Scan(ctx, 0, p+":*", 1000).Iterator()
+		for it.Next(ctx) {
+			c.Del(ctx, it.Val())
+		}
+	})
+	return p
 }
 
 // WaitFor polls cond until it holds or the deadline passes.
