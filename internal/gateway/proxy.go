@@ -324,6 +324,10 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 	}
 
 	switch {
+	case clientGone && ex.shutDown():
+		// The write failed because shutdown closed the connection after
+		// the grace period, not because the client left.
+		ex.record(rec, http.StatusServiceUnavailable, record.ErrShutdown, "the gateway shut down before the stream ended")
 	case clientGone:
 		ex.record(rec, record.StatusClientClosed, record.ErrClientDisconnect, "client closed the connection mid-stream")
 		rec.ClientDisconnect = true
@@ -441,6 +445,8 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 	rec.ClientWrite = ex.since() - w0
 	rec.ClientWriteTail = rec.ClientWrite
 	switch {
+	case werr != nil && ex.shutDown():
+		ex.record(rec, http.StatusServiceUnavailable, record.ErrShutdown, "the gateway shut down before the response was written")
 	case werr != nil:
 		rec.ClientDisconnect = true
 		ex.record(rec, record.StatusClientClosed, record.ErrClientDisconnect, "client closed the connection before the response was written")
@@ -477,11 +483,17 @@ func (ex *exchange) record(rec *record.Record, status int, typ, msg string) {
 	rec.Marks.End = ex.since()
 }
 
+// shutDown says whether the gateway's shutdown cancelled the request (its
+// grace period over), which also closes the client's connection.
+func (ex *exchange) shutDown() bool {
+	return errors.Is(context.Cause(ex.r.Context()), ErrShutdown)
+}
+
 // classify names why an exchange failed, in order of who ended it: the
 // client, the gateway's shutdown, the gateway's timers, the network.
 func (ex *exchange) classify(ctx context.Context, err error) (int, string) {
 	if cctx := ex.r.Context(); cctx.Err() != nil {
-		if errors.Is(context.Cause(cctx), ErrShutdown) {
+		if ex.shutDown() {
 			return http.StatusServiceUnavailable, record.ErrShutdown
 		}
 		return record.StatusClientClosed, record.ErrClientDisconnect
