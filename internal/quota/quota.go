@@ -10,20 +10,22 @@
 // with the usage it recorded (or Cancel if the request never reached an
 // engine), replacing the reservation with what was really used.
 //
-// The contract is shaped for two implementations: Local (in-process, the
-// embedded default) and a Redis one for many replicas. An error from Admit
-// means the limiter could not decide and the caller applies its fail-open
-// or fail-closed policy.
+// The contract has two implementations: Local (in-process, the embedded
+// default) and internal/quota/redisquota for many replicas, which renders
+// its decisions with this package's code (shared.go) so that both decide
+// alike. An error from Admit means the limiter could not decide and the
+// caller admits the request (fail open); the Redis limiter answers its own
+// outages by its per-limit on_error policy instead of an error.
 //
 // How Redis fits, one round trip each way: per scope a daily hash
-// (used, reserved; keyed by scope and day, expiring after two days) and a
-// bucket hash (level, at). Admit is one Lua script over all of the
-// request's scope keys that refills, checks and, only if all pass,
-// reserves, returning the refusal or the windows: the all-or-nothing rule
-// is the script's atomicity. Commit is a second script applying the
-// deltas; the seed becomes an HSETNX on the day key. In Redis Cluster a
-// script's keys must share a slot, so every quota key carries one hash tag
-// (one shard holds all quota state), which quota traffic can afford.
+// (used, reserved; keyed by scope and day, expiring a day after the day
+// ends) and a bucket hash (level, at). Admit is one Lua script over all of
+// the request's scope keys that refills, checks and, only if all pass,
+// reserves, returning the counters: the all-or-nothing rule is the
+// script's atomicity. Commit is a second script applying the deltas; the
+// seed is an HSETNX of a mark on the day key. In Redis Cluster a script's
+// keys must share a slot, so every quota key carries one hash tag (one
+// shard holds all quota state), which quota traffic can afford.
 package quota
 
 import (
@@ -39,8 +41,8 @@ type Limiter interface {
 	// reserves r's estimated usage in all of them atomically: either every
 	// scope is charged or none is. The Ticket is non-nil exactly when the
 	// decision is Allowed, and exactly one of its Commit or Cancel must be
-	// called. An error means no decision could be made (the usage seed or,
-	// later, Redis failed); Decision and Ticket are then zero and nil.
+	// called. An error means no decision could be made (the usage seed
+	// failed); Decision and Ticket are then zero and nil.
 	Admit(ctx context.Context, r Request) (Decision, Ticket, error)
 }
 
