@@ -7,6 +7,7 @@ package config
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
@@ -21,7 +22,10 @@ var EngineKinds = []string{"vllm", "sglang", "tgi", "llamacpp", "ollama", "opena
 
 // Config is the whole configuration.
 type Config struct {
-	Listen        string                    `yaml:"listen"`
+	Listen string `yaml:"listen"`
+	// ListenTLS serves the listener (proxy, API and dashboard) over TLS
+	// from PEM files; plain HTTP when unset.
+	ListenTLS     ListenTLS                 `yaml:"listen_tls"`
 	ShutdownGrace time.Duration             `yaml:"shutdown_grace"`
 	Log           Log                       `yaml:"log"`
 	Store         Store                     `yaml:"store"`
@@ -134,10 +138,11 @@ type APIToken struct {
 	Role        string `yaml:"role"` // admin | read
 }
 
-// Hash is the SHA-256 of the token, however it was given.
+// Hash is the SHA-256 of the token, however it was given, as lower-case
+// hex (a digest pasted in upper case still matches).
 func (t APIToken) Hash() string {
 	if t.TokenSHA256 != "" {
-		return t.TokenSHA256
+		return strings.ToLower(t.TokenSHA256)
 	}
 	return HashKey(t.Token)
 }

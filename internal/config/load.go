@@ -252,6 +252,11 @@ func (c *Config) Validate() error {
 	if _, _, err := splitHostPort(c.Listen); err != nil {
 		bad("listen", "%v", err)
 	}
+	if c.ListenTLS.Enabled() {
+		if _, err := c.ListenTLS.Load("listen_tls"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace", "must not be negative")
 	}

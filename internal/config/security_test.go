@@ -1,0 +1,122 @@
+package config
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeCert writes a fresh self-signed certificate for 127.0.0.1 and its
+// key as PEM files into dir, named prefix+"cert.pem" and prefix+"key.pem".
+func writeCert(t *testing.T, dir, prefix string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tollgate test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, prefix+"cert.pem"), filepath.Join(dir, prefix+"key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestListenTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir, "")
+	_, otherKey := writeCert(t, dir, "other-")
+	missing := filepath.Join(dir, "missing.pem")
+
+	cfg, err := Parse(fmt.Appendf(nil, "listen_tls: {cert_file: %q, key_file: %q}\n", cert, key), noEnv)
+	if err != nil {
+		t.Fatalf("good pair refused: %v", err)
+	}
+	tc, err := cfg.ListenTLS.Load("listen_tls")
+	if err != nil || len(tc.Certificates) != 1 || tc.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("Load: %v %+v", err, tc)
+	}
+	if (ListenTLS{}).Enabled() || !cfg.ListenTLS.Enabled() {
+		t.Error("Enabled: want false for the zero value, true when files are named")
+	}
+
+	for _, c := range []struct{ name, cert, key, want string }{
+		{"no key", cert, "", "listen_tls.key_file: required with listen_tls.cert_file"},
+		{"no cert", "", key, "listen_tls.cert_file: required with listen_tls.key_file"},
+		{"cert missing", missing, key, "listen_tls.cert_file: open " + missing + ": no such file or directory"},
+		{"key missing", cert, missing, "listen_tls.key_file: open " + missing + ": no such file or directory"},
+		{"cert unreadable", dir, key, "listen_tls.cert_file: read " + dir + ": is a directory"},
+		{"key as cert", key, key, "listen_tls.cert_file: no PEM CERTIFICATE block in " + key},
+		{"key of another cert", cert, otherKey, "listen_tls.key_file: " + otherKey + ": tls: private key does not match public key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(fmt.Appendf(nil, "listen_tls: {cert_file: %q, key_file: %q}\n", c.cert, c.key), noEnv)
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error:\n got %v\nwant %s", err, c.want)
+			}
+		})
+	}
+}
+
+// TestSecretsOnlyAsHashes: after loading, neither a proxy key nor an API
+// token given in plain text is left anywhere in the Config, and a digest
+// given in upper case still identifies its key or token.
+func TestSecretsOnlyAsHashes(t *testing.T) {
+	const proxyKey, apiToken = "sk-plain-proxy-key-8c1f", "tok-plain-api-token-51d2"
+	yml := fmt.Sprintf(`auth:
+  keys:
+    - {name: a, key: %s, user_id: alice}
+    - {name: b, key_sha256: %s, user_id: bob}
+api:
+  tokens:
+    - {name: ops, token: %s, role: admin}
+    - {name: dash, token_sha256: %s, role: read}
+`, proxyKey, strings.ToUpper(HashKey("sk-bob")), apiToken, strings.ToUpper(HashKey("tok-dash")))
+	cfg, err := Parse([]byte(yml), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dump := fmt.Sprintf("%+v", cfg); strings.Contains(dump, proxyKey) || strings.Contains(dump, apiToken) {
+		t.Errorf("a plaintext secret survived loading:\n%s", dump)
+	}
+	if got := cfg.Auth.Keys[0].Hash(); got != HashKey(proxyKey) {
+		t.Errorf("key a kept as %q, want the sha256 of the key", got)
+	}
+	if got := cfg.Auth.Keys[1].Hash(); got != HashKey("sk-bob") {
+		t.Errorf("upper-case key_sha256 read as %q, want %q", got, HashKey("sk-bob"))
+	}
+	if got := cfg.API.Tokens[0].Hash(); got != HashKey(apiToken) {
+		t.Errorf("token ops kept as %q, want the sha256 of the token", got)
+	}
+	if got := cfg.API.Tokens[1].Hash(); got != HashKey("tok-dash") {
+		t.Errorf("upper-case token_sha256 read as %q, want %q", got, HashKey("tok-dash"))
+	}
+}
