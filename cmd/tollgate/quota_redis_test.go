@@ -123,9 +123,10 @@ quotas:
 // Two tollgate gateways (the real serve wiring, each with its own ledger)
 // over one Redis and one engine: a business line's requests_per_minute of
 // 5 admits 5 requests in total, whichever gateway they reach. Then Redis
-// is killed: the limit, configured to fail closed, makes both gateways
-// answer 503 quota_unavailable, counted in /metrics; Redis back, requests
-// flow again.
+// is killed: that limit, configured to fail closed, makes both gateways
+// answer 503 quota_unavailable, while another line's daily_tokens fails
+// open and is served, both counted in /metrics; Redis back, requests flow
+// again.
 func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 	srv := redistest.Start(t, true)
 	up := startSimServer(t, sim.Config{})
@@ -134,7 +135,7 @@ func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 	for range 2 {
 		cfg := shutdownConfig(t, up, time.Second)
 		cfg.Quotas = quota.Config{
-			BizLines: map[string]quota.Limits{"search": {RequestsPerMinute: 5}},
+			BizLines: map[string]quota.Limits{"search": {RequestsPerMinute: 5}, "chat": {DailyTokens: 1_000_000}},
 			Redis: quota.Redis{URL: "redis://" + srv.Addr, KeyPrefix: prefix, Timeout: 5 * time.Second, Backoff: 20 * time.Millisecond,
 				OnError: map[string]string{quota.LimitRequestsPerMinute: quota.FailClosed}},
 		}
@@ -142,11 +143,11 @@ func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 		t.Cleanup(func() { cancel(); _ = wait() })
 		addrs = append(addrs, addr)
 	}
-	send := func(addr string) (int, string) {
+	sendAs := func(addr, biz string) (int, string) {
 		t.Helper()
 		body := `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("X-Tollgate-Biz", "search")
+		req.Header.Set("X-Tollgate-Biz", biz)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -155,6 +156,7 @@ func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	send := func(addr string) (int, string) { return sendAs(addr, "search") }
 	codes := map[int]int{}
 	began := time.Now()
 	for i := range 12 {
@@ -186,6 +188,19 @@ func TestTwoGatewaysShareRedisQuota(t *testing.T) {
 		resp.Body.Close()
 		if !strings.Contains(string(m), `tollgate_quota_fail_closed_total{limit="requests_per_minute"} 1`) {
 			t.Errorf("%s /metrics lacks the fail-closed count", addr)
+		}
+		// daily_tokens fails open (the default): served, and counted.
+		if code, body := sendAs(addr, "chat"); code != http.StatusOK {
+			t.Errorf("Redis down, fail open: %d %s", code, body)
+		}
+		resp, err = http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(m), `tollgate_quota_fail_open_total{limit="daily_tokens"} 1`) {
+			t.Errorf("%s /metrics lacks the fail-open count", addr)
 		}
 	}
 
