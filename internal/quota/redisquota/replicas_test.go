@@ -56,11 +56,16 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 		req   quota.Request
 		total int64
 		limit string
+		// commit: each admitted request settles at once with exactly its
+		// estimate, racing the admissions
+		commit bool
 	}{
-		{"daily_tokens", quota.Limits{DailyTokens: 1000}, quota.Request{EstInputTokens: 3, EstOutputTokens: 7}, 100, quota.LimitDailyTokens},
-		{"daily_cost", quota.Limits{DailyCost: "0.000000250"}, quota.Request{EstInputTokens: 1, EstCostNanos: 5}, 50, quota.LimitDailyCost},
-		{"requests_per_minute", quota.Limits{RequestsPerMinute: 77}, quota.Request{EstInputTokens: 1}, 77, quota.LimitRequestsPerMinute},
-		{"tokens_per_minute", quota.Limits{TokensPerMinute: 600}, quota.Request{EstInputTokens: 2, EstOutputTokens: 4}, 100, quota.LimitTokensPerMinute},
+		{"daily_tokens", quota.Limits{DailyTokens: 1000}, quota.Request{EstInputTokens: 3, EstOutputTokens: 7}, 100, quota.LimitDailyTokens, false},
+		{"daily_tokens_settled", quota.Limits{DailyTokens: 1000}, quota.Request{EstInputTokens: 3, EstOutputTokens: 7}, 100, quota.LimitDailyTokens, true},
+		{"daily_cost", quota.Limits{DailyCost: "0.000000250"}, quota.Request{EstInputTokens: 1, EstCostNanos: 5}, 50, quota.LimitDailyCost, false},
+		{"daily_cost_settled", quota.Limits{DailyCost: "0.000000250"}, quota.Request{EstInputTokens: 1, EstCostNanos: 5}, 50, quota.LimitDailyCost, true},
+		{"requests_per_minute", quota.Limits{RequestsPerMinute: 77}, quota.Request{EstInputTokens: 1}, 77, quota.LimitRequestsPerMinute, false},
+		{"tokens_per_minute", quota.Limits{TokensPerMinute: 600}, quota.Request{EstInputTokens: 2, EstOutputTokens: 4}, 100, quota.LimitTokensPerMinute, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := redisCfg(t, srv, quota.Config{Users: map[string]quota.Limits{"alice": tc.lim}})
@@ -87,6 +92,9 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 						}
 						if d.Allowed {
 							admitted.Add(1)
+							if tc.commit {
+								tk.Commit(req.EstInputTokens+req.EstOutputTokens, req.EstCostNanos)
+							}
 							continue
 						}
 						refused.Add(1)
@@ -105,8 +113,16 @@ func TestReplicasShareLimitsExactly(t *testing.T) {
 				t.Errorf("admitted %d in total over two replicas, want exactly %d (%d refused)", got, tc.total, refused.Load())
 			}
 			for _, l := range []*Limiter{a, b} {
-				if n := testutil.ToFloat64(l.m.errors.WithLabelValues("admit")); n != 0 {
-					t.Errorf("%v failed Redis calls: decisions may have failed open", n)
+				for _, op := range []string{"admit", "commit"} {
+					if n := testutil.ToFloat64(l.m.errors.WithLabelValues(op)); n != 0 {
+						t.Errorf("%v failed Redis calls (%s): decisions may have failed open", n, op)
+					}
+				}
+			}
+			if tc.commit { // all settled: usage is the quota, nothing left reserved
+				us := a.Usage(fixed)
+				if len(us) != 1 || us[0].Used != us[0].Quota || us[0].Reserved != 0 {
+					t.Errorf("usage after the race: %+v", us)
 				}
 			}
 		})
