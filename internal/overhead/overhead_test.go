@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func mockServer(t *testing.T, o MockOptions) (*Mock, *httptest.Server) {
 	t.Helper()
@@ -65,7 +68,9 @@ func TestFramesLostCounted(t *testing.T) {
 		}
 	}))
 	t.Cleanup(cut.Close)
-	o := readStream(context.Background(), http.DefaultClient, target{base: cut.URL}, 1, mo)
+	c := newClient(1)
+	defer c.CloseIdleConnections()
+	o := readStream(context.Background(), c, target{base: cut.URL}, 1, mo)
 	if o.err != nil || o.lost != mo.StreamEvents()-3 {
 		t.Errorf("lost %d (err %v), want %d", o.lost, o.err, mo.StreamEvents()-3)
 	}
