@@ -480,17 +480,31 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// listen_tls: ServeTLS with the pair in TLSConfig (no file names) also
+	// offers HTTP/2 by ALPN.
+	if cfg.ListenTLS.Enabled() {
+		if srv.TLSConfig, err = cfg.ListenTLS.Load("listen_tls"); err != nil {
+			stopWriter()
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		stopWriter()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	log.Info("gateway listening", "addr", ln.Addr().String(), "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
+	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
 	if started != nil {
 		started <- ln.Addr().String()
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 
 	select {
 	case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -118,5 +119,41 @@ api:
 	}
 	if got := cfg.API.Tokens[1].Hash(); got != HashKey("tok-dash") {
 		t.Errorf("upper-case token_sha256 read as %q, want %q", got, HashKey("tok-dash"))
+	}
+}
+
+// TestLogValueRedacts: a Config logged whole (as a careless debug line
+// would) shows none of the plain-text secrets a file may hold, in either
+// log format, and logging leaves the Config itself intact.
+func TestLogValueRedacts(t *testing.T) {
+	yml := `upstreams:
+  - {name: hosted, url: "https://api.example.com/v1", engine: openai, api_key: sk-up-SECRET-1}
+trace_export: {endpoint: "http://127.0.0.1:4318", headers: {Authorization: "Bearer SECRET-2"}}
+notifiers:
+  - {name: ding, type: dingtalk, url: "https://oapi.dingtalk.com/robot/send?access_token=SECRET-3", secret: SECRET-4}
+  - {name: hook, type: webhook, url: "https://hooks.example.com/SECRET-5", headers: {X-Token: SECRET-6}}
+quotas:
+  redis: {url: "redis://:SECRET-7@127.0.0.1:6379/0"}
+`
+	cfg, err := Parse([]byte(yml), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	for _, h := range []slog.Handler{slog.NewJSONHandler(&buf, nil), slog.NewTextHandler(&buf, nil)} {
+		slog.New(h).Info("config", "by_pointer", cfg, "by_value", *cfg)
+	}
+	out := buf.String()
+	if strings.Contains(out, "SECRET") {
+		t.Errorf("a secret was logged:\n%s", out)
+	}
+	for _, want := range []string{"hosted", "https://oapi.dingtalk.com/[redacted]", "redis://127.0.0.1:6379/[redacted]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q (redaction went too far):\n%s", want, out)
+		}
+	}
+	if cfg.Upstreams[0].APIKey != "sk-up-SECRET-1" || cfg.Notifiers[0].Secret != "SECRET-4" || cfg.Notifiers[1].Headers["X-Token"] != "SECRET-6" ||
+		cfg.TraceExport.Headers["Authorization"] != "Bearer SECRET-2" || cfg.Quotas.Redis.URL != "redis://:SECRET-7@127.0.0.1:6379/0" {
+		t.Errorf("logging changed the config itself: %+v", cfg)
 	}
 }
