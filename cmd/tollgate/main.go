@@ -44,6 +44,8 @@ Usage:
                     latency by input length, cache hit vs miss, long tail, segments, timeline decay
   tollgate tokens count --model M [--chat] [--json] [--jsonl] < input
                     count tokens exactly with the model's own tokenizer (and chat template)
+  tollgate keys     hash < key
+                    print the SHA-256 of a key or API token for key_sha256 / token_sha256
   tollgate alerts   test [-v] FILE | rules [--config FILE]
                     unit-test alert rules on synthetic traffic; list the rules that run
   tollgate bench    [--base-url URL] [--rate R | --concurrency C] [--num-prompts N] ...
@@ -100,6 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDiagnose(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
+	case "keys":
+		return runKeys(ctx, rest, os.Stdin, stdout, stderr)
 	case "alerts":
 		return runAlerts(ctx, rest, stdout, stderr)
 	case "baseline":

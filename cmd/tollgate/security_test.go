@@ -348,3 +348,29 @@ func TestHeaderLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysHash: tollgate keys hash prints the digest that, as key_sha256,
+// identifies the key; the key itself is never echoed.
+func TestKeysHash(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := runKeys(t.Context(), []string{"hash"}, strings.NewReader("sk-abc\n"), &out, &errb); err != nil {
+		t.Fatalf("keys hash: %v %s", err, errb.String())
+	}
+	digest := strings.TrimSpace(out.String())
+	if digest != config.HashKey("sk-abc") || strings.Contains(out.String()+errb.String(), "sk-abc") {
+		t.Fatalf("printed %q", out.String())
+	}
+	cfg, err := config.Parse(fmt.Appendf(nil, "auth:\n  keys:\n    - {key_sha256: %s, user_id: u}\n", digest), func(string) (string, bool) { return "", false })
+	if err != nil || cfg.Auth.Keys[0].Hash() != config.HashKey("sk-abc") {
+		t.Errorf("the printed digest as key_sha256: %v", err)
+	}
+	for _, c := range []struct {
+		args  []string
+		stdin string
+	}{{[]string{"hash"}, "\n"}, {[]string{"hash"}, ""}, {nil, "sk-abc"}, {[]string{"show"}, "sk-abc"}} {
+		out.Reset()
+		if err := runKeys(t.Context(), c.args, strings.NewReader(c.stdin), &out, io.Discard); err == nil || out.Len() != 0 {
+			t.Errorf("keys %v with stdin %q: err %v, printed %q; want an error and nothing printed", c.args, c.stdin, err, out.String())
+		}
+	}
+}

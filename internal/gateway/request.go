@@ -22,7 +22,13 @@ type identity struct {
 
 // auth resolves API keys. Only SHA-256 hashes of keys are held; a lookup
 // hashes the presented key and finds it in a map, so no stored secret is
-// ever compared byte by byte.
+// ever compared byte by byte. The map's comparison may stop at the first
+// differing byte, but what it compares is the digest of the attacker's own
+// guess: learning how many leading digest bytes matched a stored digest
+// does not help choose a key with more of them (that is a preimage search
+// on SHA-256), which is why a timing-safe compare buys nothing here. The
+// API's token check (internal/web) still uses subtle.ConstantTimeCompare
+// over its short list.
 type auth struct {
 	byHash map[string]identity
 	open   bool
