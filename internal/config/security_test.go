@@ -157,3 +157,20 @@ quotas:
 		t.Errorf("logging changed the config itself: %+v", cfg)
 	}
 }
+
+// TestAPITokenErrors: API tokens need a role of the two there are and
+// exactly one of token / token_sha256, each error naming the field.
+func TestAPITokenErrors(t *testing.T) {
+	for _, c := range []struct{ token, want string }{
+		{"{token: t, role: root}", `api.tokens[0].role: must be admin or read; got "root"`},
+		{"{token: t}", `api.tokens[0].role: must be admin or read; got ""`},
+		{"{role: read}", "api.tokens[0]: needs token or token_sha256"},
+		{"{token: t, token_sha256: " + HashKey("t") + ", role: read}", "api.tokens[0]: give token or token_sha256, not both"},
+		{"{token_sha256: abc, role: read}", "api.tokens[0].token_sha256: must be 64 hex characters"},
+	} {
+		_, err := Parse([]byte("api:\n  tokens:\n    - "+c.token+"\n"), noEnv)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.token, err, c.want)
+		}
+	}
+}
