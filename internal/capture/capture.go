@@ -1,0 +1,291 @@
+// Package capture is the opt-in capture of prompt and response text for
+// slow or failed requests (issue 10, point 6): which requests qualify, and
+// the redaction applied before any text is kept. tollgate stores no prompt
+// or completion text by default; a capture is the one exception, kept
+// apart from the ledger with its own retention and access.
+//
+// Status: this package is the selection and redaction half only. It is not
+// yet read from the configuration file, not called by the gateway, and
+// has no table or API; see docs/security.md, "Not done".
+package capture
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+// Config says which requests are captured and how their text is redacted.
+type Config struct {
+	Enabled bool `yaml:"enabled"`
+	// Slow captures requests whose E2E is at least this; 0 captures failed
+	// requests only. Failed requests (anything but a 2xx without an error
+	// type) are always captured when enabled.
+	Slow time.Duration `yaml:"slow"`
+	// MaxBytes caps each kept body, after redaction (default 64 KiB).
+	MaxBytes int `yaml:"max_bytes"`
+	// Retention is how long captures are kept; it must be set, so captured
+	// text never lives as long as the ledger by accident.
+	Retention time.Duration `yaml:"retention"`
+	// Redact rules run in order on every string of the request and the
+	// response; each match becomes [REDACTED:name].
+	Redact []Rule `yaml:"redact"`
+}
+
+// Rule is one redaction: a preset by name, or a regular expression (RE2
+// syntax) with a name for its placeholder.
+type Rule struct {
+	Name    string `yaml:"name"`
+	Preset  string `yaml:"preset"`
+	Pattern string `yaml:"pattern"`
+}
+
+// Presets are the common kinds of personal data. An ID-card number runs
+// before the mobile number so that its digits are named as what they are.
+var Presets = map[string]string{
+	// 18-character PRC resident ID: 6-digit area, birth date 18xx–20xx,
+	// 3-digit sequence, check digit or X.
+	"cn_id_card": `\b[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]\b`,
+	// Mainland mobile numbers, optionally with +86 or 86.
+	"cn_mobile": `(?:\+?86[- ]?)?\b1[3-9]\d{9}\b`,
+	"email":     `[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}`,
+}
+
+// PresetNames lists the presets in their recommended order.
+var PresetNames = []string{"cn_id_card", "cn_mobile", "email"}
+
+// DefaultMaxBytes is MaxBytes when unset.
+const DefaultMaxBytes = 64 << 10
+
+// Validate names the YAML path of the first bad value under path.
+func (c Config) Validate(path string) error {
+	var errs []error
+	bad := func(p, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", path, p, fmt.Sprintf(format, args...)))
+	}
+	if c.Slow < 0 {
+		bad("slow", "must not be negative (0: failed requests only)")
+	}
+	if c.MaxBytes < 0 {
+		bad("max_bytes", "must not be negative (0: %d)", DefaultMaxBytes)
+	}
+	if c.Enabled && c.Retention <= 0 {
+		bad("retention", "must be positive when capture is enabled: captured text needs an end")
+	}
+	names := map[string]bool{}
+	for i, r := range c.Redact {
+		p := fmt.Sprintf("redact[%d]", i)
+		if _, rerr := r.compile(); rerr != nil {
+			bad(p+rerr.field, "%s", rerr.msg)
+			continue
+		}
+		n := r.label()
+		if names[n] {
+			bad(p+".name", "duplicate rule name %q", n)
+		}
+		names[n] = true
+	}
+	return errors.Join(errs...)
+}
+
+// ruleError is a rule's fault: the field under redact[i] ("" for the
+// rule as a whole) and what is wrong.
+type ruleError struct{ field, msg string }
+
+func (r Rule) label() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.Preset
+}
+
+func (r Rule) compile() (*regexp.Regexp, *ruleError) {
+	switch {
+	case r.Preset != "" && r.Pattern != "":
+		return nil, &ruleError{"", "give preset or pattern, not both"}
+	case r.Preset != "":
+		p, ok := Presets[r.Preset]
+		if !ok {
+			return nil, &ruleError{".preset", fmt.Sprintf("unknown preset %q; one of %s", r.Preset, strings.Join(PresetNames, ", "))}
+		}
+		return regexp.MustCompile(p), nil
+	case r.Pattern == "":
+		return nil, &ruleError{"", "needs preset or pattern"}
+	case r.Name == "":
+		return nil, &ruleError{".name", "required with pattern (it names the placeholder)"}
+	case strings.ContainsAny(r.Name, "[]"):
+		return nil, &ruleError{".name", "must not contain [ or ]"}
+	}
+	re, err := regexp.Compile(r.Pattern)
+	if err != nil {
+		return nil, &ruleError{".pattern", err.Error()}
+	}
+	if re.MatchString("") {
+		return nil, &ruleError{".pattern", "matches the empty string"}
+	}
+	return re, nil
+}
+
+// Redactor applies a rule list.
+type Redactor struct {
+	res   []*regexp.Regexp
+	repls []string
+}
+
+// NewRedactor compiles rules; call Validate first for errors with paths.
+func NewRedactor(rules []Rule) (*Redactor, error) {
+	r := &Redactor{}
+	for i, rule := range rules {
+		re, rerr := rule.compile()
+		if rerr != nil {
+			return nil, fmt.Errorf("redact[%d]%s: %s", i, rerr.field, rerr.msg)
+		}
+		r.res = append(r.res, re)
+		r.repls = append(r.repls, "[REDACTED:"+rule.label()+"]")
+	}
+	return r, nil
+}
+
+// String redacts one text. Rules run in order, and the list is run again
+// until nothing matches, so a removal can never join two halves into a
+// new match that is kept.
+func (r *Redactor) String(s string) string {
+	for range 4 {
+		changed := false
+		for i, re := range r.res {
+			if re.MatchString(s) {
+				s = re.ReplaceAllLiteralString(s, r.repls[i])
+				changed = true
+			}
+		}
+		if !changed {
+			return s
+		}
+	}
+	return s
+}
+
+// Body redacts a request or response body. JSON is walked and every
+// string (and number) redacted on its own, so the result is still JSON
+// with the same shape. A server-sent event stream has each data line
+// treated that way. Anything else is redacted as text.
+func (r *Redactor) Body(b []byte) []byte {
+	if out, ok := r.json(b); ok {
+		return out
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("data:")) {
+		lines := bytes.SplitAfter(b, []byte("\n"))
+		for i, l := range lines {
+			payload, ok := bytes.CutPrefix(l, []byte("data:"))
+			if !ok {
+				lines[i] = []byte(r.String(string(l)))
+				continue
+			}
+			trimmed := bytes.TrimSpace(payload)
+			if out, ok := r.json(trimmed); ok {
+				lines[i] = slices.Concat([]byte("data: "), out, payload[len(bytes.TrimRight(payload, " \r\n")):])
+			} else {
+				lines[i] = []byte(r.String(string(l)))
+			}
+		}
+		return bytes.Join(lines, nil)
+	}
+	return []byte(r.String(string(b)))
+}
+
+func (r *Redactor) json(b []byte) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r.walk(v)); err != nil {
+		return nil, false
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), true
+}
+
+func (r *Redactor) walk(v any) any {
+	switch x := v.(type) {
+	case string:
+		return r.String(x)
+	case json.Number:
+		if s := r.String(x.String()); s != x.String() {
+			return s // a phone number sent as a number becomes a string
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = r.walk(x[i])
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = r.walk(e)
+		}
+	}
+	return v
+}
+
+// Reason says why a finished request qualifies for capture: "failed",
+// "slow", or "" when it does not.
+func (c Config) Reason(rec *record.Record) string {
+	switch {
+	case !c.Enabled:
+		return ""
+	case !rec.OK():
+		return "failed"
+	case c.Slow > 0 && rec.Derived.E2E >= c.Slow:
+		return "slow"
+	}
+	return ""
+}
+
+// Capture is one kept request: its bodies redacted, then cut to MaxBytes.
+type Capture struct {
+	RequestID string
+	At        time.Time
+	Reason    string
+	Request   []byte
+	Response  []byte
+	Truncated bool
+}
+
+// Take builds the capture of a finished request, or nil when it does not
+// qualify. Redaction runs before the cut, so a cut can never leave the
+// unredacted start of a match behind.
+func (c Config) Take(r *Redactor, rec *record.Record, request, response []byte) *Capture {
+	reason := c.Reason(rec)
+	if reason == "" {
+		return nil
+	}
+	limit := c.MaxBytes
+	if limit == 0 {
+		limit = DefaultMaxBytes
+	}
+	req, t1 := cut(r.Body(request), limit)
+	resp, t2 := cut(r.Body(response), limit)
+	return &Capture{RequestID: rec.RequestID, At: rec.Arrival, Reason: reason, Request: req, Response: resp, Truncated: t1 || t2}
+}
+
+// cut shortens b to at most n bytes on a UTF-8 boundary.
+func cut(b []byte, n int) ([]byte, bool) {
+	if len(b) <= n {
+		return b, false
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n:n], true
+}

@@ -1,0 +1,155 @@
+package capture
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+)
+
+func presets(t testing.TB) *Redactor {
+	t.Helper()
+	var rules []Rule
+	for _, p := range PresetNames {
+		rules = append(rules, Rule{Preset: p})
+	}
+	r, err := NewRedactor(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestPresets(t *testing.T) {
+	r := presets(t)
+	for _, c := range []struct{ in, want string }{
+		{"call 13800138000 now", "call [REDACTED:cn_mobile] now"},
+		{"电话13912345678，谢谢", "电话[REDACTED:cn_mobile]，谢谢"},
+		{"+86 13800138000", "[REDACTED:cn_mobile]"},
+		{"身份证 11010519491231002X 号", "身份证 [REDACTED:cn_id_card] 号"},
+		{"id 110105194912310021", "id [REDACTED:cn_id_card]"},
+		{"mail ops.team+llm@example.co.uk.", "mail [REDACTED:email]."},
+		// Near misses stay: 12 digits, a 2 after the leading 1, an
+		// 18-digit number whose month is 13, an @ without a domain.
+		{"order 138001380001", "order 138001380001"},
+		{"12800138000", "12800138000"},
+		{"110105194913310021", "110105194913310021"},
+		{"@home, a@b", "@home, a@b"},
+	} {
+		if got := r.String(c.in); got != c.want {
+			t.Errorf("%q → %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestBodyKeepsJSON(t *testing.T) {
+	r, err := NewRedactor([]Rule{{Preset: "cn_mobile"}, {Name: "order", Pattern: `ORD-\d+`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `{"model":"m","messages":[{"role":"user","content":"my \"phone\" is 13800138000, order ORD-991"}],"user_phone":13900001111,"max_tokens":7}`
+	out := r.Body([]byte(in))
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("not JSON any more: %v\n%s", err, out)
+	}
+	want := map[string]any{
+		"model":      "m",
+		"messages":   []any{map[string]any{"role": "user", "content": `my "phone" is [REDACTED:cn_mobile], order [REDACTED:order]`}},
+		"user_phone": "[REDACTED:cn_mobile]",
+		"max_tokens": float64(7),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+
+	sse := "data: {\"choices\":[{\"delta\":{\"content\":\"13800138000\"}}]}\n\ndata: [DONE]\n\n"
+	if got, want := string(r.Body([]byte(sse))), "data: {\"choices\":[{\"delta\":{\"content\":\"[REDACTED:cn_mobile]\"}}]}\n\ndata: [DONE]\n\n"; got != want {
+		t.Errorf("stream:\n got %q\nwant %q", got, want)
+	}
+	if got := string(r.Body([]byte("plain 13800138000"))); got != "plain [REDACTED:cn_mobile]" {
+		t.Errorf("text body: %q", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Config{Enabled: true, Retention: 72 * time.Hour, Redact: []Rule{{Preset: "email"}, {Name: "ord", Pattern: `ORD-\d+`}}}
+	if err := ok.Validate("capture"); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no retention", Config{Enabled: true}, "capture.retention: must be positive when capture is enabled: captured text needs an end"},
+		{"negative slow", Config{Slow: -time.Second}, "capture.slow: must not be negative (0: failed requests only)"},
+		{"negative max", Config{MaxBytes: -1}, "capture.max_bytes: must not be negative (0: 65536)"},
+		{"unknown preset", Config{Redact: []Rule{{Preset: "ssn"}}}, `capture.redact[0].preset: unknown preset "ssn"; one of cn_id_card, cn_mobile, email`},
+		{"both", Config{Redact: []Rule{{Preset: "email", Pattern: "x"}}}, "capture.redact[0]: give preset or pattern, not both"},
+		{"neither", Config{Redact: []Rule{{Name: "x"}}}, "capture.redact[0]: needs preset or pattern"},
+		{"no name", Config{Redact: []Rule{{Pattern: "x"}}}, "capture.redact[0].name: required with pattern (it names the placeholder)"},
+		{"bad regexp", Config{Redact: []Rule{{Name: "x", Pattern: "a(b"}}}, "capture.redact[0].pattern: error parsing regexp: missing closing ): `a(b`"},
+		{"empty match", Config{Redact: []Rule{{Name: "x", Pattern: "a*"}}}, "capture.redact[0].pattern: matches the empty string"},
+		{"duplicate", Config{Redact: []Rule{{Preset: "email"}, {Name: "email", Pattern: "x"}}}, `capture.redact[1].name: duplicate rule name "email"`},
+	} {
+		if err := c.cfg.Validate("capture"); err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
+		}
+	}
+}
+
+func TestTake(t *testing.T) {
+	r := presets(t)
+	c := Config{Enabled: true, Slow: 5 * time.Second, MaxBytes: 40, Retention: time.Hour}
+	fast := &record.Record{RequestID: "a", Status: 200, Derived: record.Derived{E2E: time.Second}}
+	slow := &record.Record{RequestID: "b", Status: 200, Derived: record.Derived{E2E: 5 * time.Second}}
+	failed := &record.Record{RequestID: "c", Status: 502, ErrorType: record.ErrUpstreamStatus, Derived: record.Derived{E2E: time.Millisecond}}
+	if got := c.Take(r, fast, []byte("x"), []byte("y")); got != nil {
+		t.Errorf("fast, successful request captured: %+v", got)
+	}
+	if got := (Config{Slow: time.Second}).Take(r, failed, nil, nil); got != nil {
+		t.Errorf("captured while disabled: %+v", got)
+	}
+	if got := c.Take(r, failed, []byte(`{"p":"13800138000"}`), []byte("upstream said no")); got == nil || got.Reason != "failed" ||
+		string(got.Request) != `{"p":"[REDACTED:cn_mobile]"}` || got.Truncated {
+		t.Errorf("failed request: %+v", got)
+	}
+	// Redaction before the cut: the phone straddles byte 40.
+	long := strings.Repeat("好", 10) + " 13800138000 " + strings.Repeat("x", 50)
+	got := c.Take(r, slow, []byte(long), nil)
+	if got == nil || got.Reason != "slow" || !got.Truncated || len(got.Request) > 40 || !utf8.Valid(got.Request) {
+		t.Fatalf("slow request: %+v", got)
+	}
+	if strings.ContainsAny(string(got.Request), "0123456789") {
+		t.Errorf("digits of the phone left after the cut: %q", got.Request)
+	}
+	// A cut inside a three-byte rune steps back to its start.
+	if b, cutOff := cut([]byte(strings.Repeat("好", 14)), 40); len(b) != 39 || !cutOff || !utf8.Valid(b) {
+		t.Errorf("cut mid-rune: %d bytes, truncated %v", len(b), cutOff)
+	}
+}
+
+// FuzzRedact: whatever the text, no rule matches what String returns.
+func FuzzRedact(f *testing.F) {
+	for _, s := range []string{"13800138000", "a@b.co", "11010519491231002X", "1380013a@b.co8000", "x@y.com13800138000"} {
+		f.Add(s)
+	}
+	r := presets(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		out := r.String(s)
+		for i, re := range r.res {
+			if m := re.FindString(out); m != "" {
+				t.Fatalf("%q → %q still matches rule %d: %q", s, out, i, m)
+			}
+		}
+		if b := r.Body([]byte(s)); json.Valid([]byte(s)) && !json.Valid(b) {
+			t.Fatalf("valid JSON %q became invalid %q", s, b)
+		}
+	})
+}
