@@ -116,6 +116,19 @@ func TestServeTLS(t *testing.T) {
 		t.Errorf("stream over TLS: err %v, %+v", err, acc.Choices)
 	}
 
+	// The header limit holds over HTTP/2 too: the server advertises it, so
+	// Go's client refuses before sending; any other client gets 431.
+	big, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/v1/models", nil)
+	big.Header.Set("X-Padding", strings.Repeat("a", 2<<20))
+	if r, err := hc.Do(big); err == nil {
+		r.Body.Close()
+		if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("2 MiB of headers over HTTP/2: %s %d, want refused", r.Proto, r.StatusCode)
+		}
+	} else if !strings.Contains(err.Error(), "header list larger than peer's advertised limit") {
+		t.Errorf("2 MiB of headers over HTTP/2: %v", err)
+	}
+
 	// Plain HTTP to the TLS port: Go's server answers 400, never the proxy.
 	plain, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
 	if err != nil {
