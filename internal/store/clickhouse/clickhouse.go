@@ -8,10 +8,12 @@
 // RowBinary: the one client path that works from Debian's 18.16 to current
 // servers (see docs/operations.md, "ClickHouse", for what was measured).
 //
-// Status: the record-level store.Store (Insert, Requests, Request) is
-// complete. store.Analytics (reports over rollups, events, engine samples,
-// the alerting windows) is not implemented yet, and the Writer's spill to
-// disk while ClickHouse is down is not built yet.
+// Status: store.Store (Insert, Requests, Request) is complete. Of
+// store.Analytics, events, engine samples, the alerting windows and Prune
+// are implemented; Report, Prompts, Rerate and SetEngineTiming, which need
+// the rollups, answer ErrNotImplemented (analytics.go). The spill queue
+// while ClickHouse is down is the gateway's write-ahead queue
+// (internal/wal), which ships into any store.Store.
 package clickhouse
 
 import (
@@ -133,6 +135,11 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	if err := s.c.exec(ctx, "", createRequests(s.db, s.features)); err != nil {
 		return fmt.Errorf("create table requests: %w", err)
+	}
+	for _, ddl := range sideTables(s.db) {
+		if err := s.c.exec(ctx, "", ddl); err != nil {
+			return fmt.Errorf("create table: %w", err)
+		}
 	}
 	return nil
 }

@@ -410,3 +410,13 @@ func TestSchemaColumns(t *testing.T) {
 		t.Errorf("DDL with LowCardinality does not use it for model:\n%s", ddl)
 	}
 }
+
+// analyticsDone are the tests of storetest.RunAnalytics this store passes;
+// the rest need Report, Prompts, Rerate or SetEngineTiming, which answer
+// ErrNotImplemented so far.
+var analyticsDone = []string{"Events", "EngineSamples", "WindowMinutes", "WindowHours", "WindowDays"}
+
+func TestAnalyticsConformance(t *testing.T) {
+	needServer(t)
+	storetest.RunAnalyticsOnly(t, func(t *testing.T) storetest.AnalyticsStore { return openTest(t) }, analyticsDone...)
+}

@@ -214,7 +214,11 @@ func launch(bin string) (func() error, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	stop := func() error {
-		defer os.RemoveAll(dir)
+		if os.Getenv("TOLLGATE_CLICKHOUSE_KEEP") != "" {
+			fmt.Fprintln(os.Stderr, "clickhouse tests: server directory kept:", dir)
+		} else {
+			defer os.RemoveAll(dir)
+		}
 		select {
 		case err := <-exited:
 			return fmt.Errorf("server had exited: %v", err)

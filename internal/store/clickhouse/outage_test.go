@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
@@ -35,39 +34,37 @@ const (
 // faultProxy is a real HTTP hop in front of the real server that can fail
 // on demand: ClickHouse itself is never faked.
 type faultProxy struct {
-	mode    atomic.Int32
-	target  *url.URL
-	forward *httputil.ReverseProxy
-	tr      *http.Transport
+	t      *testing.T
+	mode   atomic.Int32
+	target *url.URL
+	tr     *http.Transport
 	// lost counts INSERTs that ClickHouse ran whose answer was dropped.
 	lost    atomic.Int64
 	release chan struct{}
 }
 
-func newFaultProxy(t *testing.T) *httptest.Server {
+func newFaultProxy(t *testing.T) (*httptest.Server, *faultProxy) {
 	t.Helper()
 	target, err := url.Parse(serverURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{target: target, tr: http.DefaultTransport.(*http.Transport).Clone(), release: make(chan struct{})}
-	p.forward = httputil.NewSingleHostReverseProxy(target)
-	p.forward.Transport = p.tr
+	p := &faultProxy{t: t, target: target, tr: http.DefaultTransport.(*http.Transport).Clone(), release: make(chan struct{})}
 	srv := httptest.NewServer(p)
 	t.Cleanup(func() {
 		close(p.release)
 		srv.Close()
 		p.tr.CloseIdleConnections()
 	})
-	faultOf[srv] = p
-	return srv
+	return srv, p
 }
 
-// faultOf finds a test server's proxy; tests run one at a time.
-var faultOf = map[*httptest.Server]*faultProxy{}
+// hopHeaders are not forwarded (RFC 9110, 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch fault(p.mode.Load()) {
+	mode := fault(p.mode.Load())
+	switch mode {
 	case down:
 		panic(http.ErrAbortHandler)
 	case hang:
@@ -79,23 +76,37 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-p.release:
 		}
 		return
-	case loseAnswers:
-		if !strings.HasPrefix(r.URL.Query().Get("query"), "INSERT") {
-			break
-		}
-		out := r.Clone(r.Context())
-		out.URL.Scheme, out.URL.Host, out.RequestURI, out.Host = p.target.Scheme, p.target.Host, "", ""
-		resp, err := p.tr.RoundTrip(out)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				p.lost.Add(1)
-			}
+	}
+	out := r.Clone(r.Context())
+	out.URL.Scheme, out.URL.Host, out.RequestURI, out.Host = p.target.Scheme, p.target.Host, "", ""
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	resp, err := p.tr.RoundTrip(out)
+	if err != nil {
+		p.t.Logf("fault proxy: forward: %v", err)
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	if mode == loseAnswers && strings.HasPrefix(r.URL.Query().Get("query"), "INSERT") {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode == http.StatusOK {
+			p.lost.Add(1)
 		}
 		panic(http.ErrAbortHandler)
 	}
-	p.forward.ServeHTTP(w, r)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	for _, h := range hopHeaders {
+		w.Header().Del(h)
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		p.t.Logf("fault proxy: copy the answer: %v", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // TestOutageSpillsAndReplays: the write-ahead queue (internal/wal, the
@@ -106,8 +117,7 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestOutageSpillsAndReplays(t *testing.T) {
 	needServer(t)
 	direct := openTest(t)
-	proxy := newFaultProxy(t)
-	fp := faultOf[proxy]
+	proxy, fp := newFaultProxy(t)
 	s, err := Open(t.Context(), Config{HTTP: proxy.URL, Database: direct.db, Timeout: 2 * time.Second}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)

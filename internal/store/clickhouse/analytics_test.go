@@ -1,0 +1,142 @@
+package clickhouse
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+)
+
+// TestNotImplemented: what needs the rollups fails loudly, never with an
+// empty answer a report could take for "no traffic".
+func TestNotImplemented(t *testing.T) {
+	s := openTest(t)
+	ctx := t.Context()
+	_, err1 := s.Report(ctx, store.ReportQuery{})
+	_, err2 := s.Prompts(ctx, time.Time{}, time.Now(), 2, 10)
+	_, err3 := s.Rerate(ctx, time.Time{}, time.Now(), func(*record.Record) record.Cost { return record.Cost{} })
+	err4 := s.SetEngineTiming(ctx, "req-000001", record.EngineTiming{})
+	for i, err := range []error{err1, err2, err3, err4} {
+		if !errors.Is(err, ErrNotImplemented) {
+			t.Errorf("method %d: %v, want ErrNotImplemented", i+1, err)
+		}
+	}
+}
+
+// TestPruneLedger: the ledger and the sampled timelines go by their own
+// retention, and Prune returns only once they are gone.
+func TestPruneLedger(t *testing.T) {
+	s := openTest(t)
+	ctx := t.Context()
+	recs := storetest.Records(0, 10) // one a second from storetest.Base
+	if err := s.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.Base.Add(time.Hour)
+	// Timelines of records 0–5 (arrived over 55m59s before now) go;
+	// every sampled record among them had one.
+	cut := now.Add(-(time.Hour - 6*time.Second))
+	sampled := 0
+	for _, r := range recs {
+		if r.Arrival.Before(cut) && r.Sampled && r.Timeline != nil {
+			sampled++
+		}
+	}
+	n, err := s.Prune(ctx, now, store.Retention{Details: time.Hour - 6*time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(sampled) {
+		t.Errorf("Prune(details) = %d, want %d", n, sampled)
+	}
+	for i, r := range recs {
+		got, err := s.Request(ctx, r.RequestID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := r
+		if i < 6 {
+			want = storetest.Unsampled(r)
+		}
+		if diff := cmp.Diff([]*record.Record{want}, got); diff != "" {
+			t.Errorf("record %d after pruning details (-want +got):\n%s", i, diff)
+		}
+	}
+	n, err = s.Prune(ctx, now, store.Retention{Ledger: time.Hour - 3*time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("Prune(ledger) = %d, want 3", n)
+	}
+	all, err := s.Requests(ctx, store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 7 || all[len(all)-1].RequestID != recs[3].RequestID {
+		t.Errorf("after pruning the ledger: %d records, oldest %q; want 7, %q", len(all), all[len(all)-1].RequestID, recs[3].RequestID)
+	}
+	// Again: no ledger row left to prune, and of the timelines only
+	// those of records 6–9 (3–5 went already).
+	if n, err := s.Prune(ctx, now, store.Retention{Ledger: time.Hour - 3*time.Second, Details: time.Minute}); err != nil || n != 4 {
+		t.Errorf("second Prune = %d, %v; want 4, nil", n, err)
+	}
+}
+
+// TestWindowDayRacingCompactors: two replicas' compactors that both found a
+// day unwritten both write it; readers see one of them whole — the first
+// write — never a mix.
+func TestWindowDayRacingCompactors(t *testing.T) {
+	s := openTest(t)
+	ctx := t.Context()
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	end := start.AddDate(0, 0, 1)
+	t0 := time.Date(2026, 3, 2, 0, 15, 0, 0, time.UTC)
+	s.now = func() time.Time { return t0.Add(time.Second) }
+	late := []store.WindowDay{{Start: start, End: end, Model: "a", Data: []byte{9}}, {Start: start, End: end, Model: "z", Data: []byte{9}}}
+	if ok, err := s.AddWindowDay(ctx, start, end, late); err != nil || !ok {
+		t.Fatalf("AddWindowDay = %v, %v", ok, err)
+	}
+	// The other replica's write, with the earlier clock, lands after it:
+	// it passed its check before this one's rows were there.
+	other, err := Open(ctx, Config{HTTP: serverURL, Database: s.db}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	first := []store.WindowDay{{Start: start, End: end, Model: "m", Data: []byte{1, 0, 255}}}
+	e := &enc{}
+	for _, w := range first {
+		e.u16(day(start))
+		e.i64(start.Unix())
+		e.i64(end.Unix())
+		e.str(w.Model)
+		e.str(w.BizLine)
+		e.str(w.Upstream)
+		e.str(w.Template)
+		e.str(string(w.Data))
+		e.u64(math.MaxUint64 - uint64(t0.UnixNano()))
+		e.str("other")
+	}
+	if err := other.c.insert(ctx, "INSERT INTO "+s.table("window_day")+" (day_date, day, day_end, model, biz_line, upstream, template, data, ver, writer) FORMAT RowBinary", e.b); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{s, other} {
+		got, err := st.WindowDays(ctx, start, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(first, got); diff != "" {
+			t.Errorf("WindowDays (-want +got):\n%s", diff)
+		}
+	}
+	if ok, err := other.AddWindowDay(ctx, start, end, late); err != nil || ok {
+		t.Errorf("a third write of the day = %v, %v; want false, nil", ok, err)
+	}
+}
