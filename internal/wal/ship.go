@@ -197,6 +197,17 @@ func (s *shipper) closeReader() {
 	}
 }
 
+type batchFirstKey struct{}
+
+// BatchFirst is, inside a Ship sink, the sequence number (Commit.Seq) of
+// the batch's first payload; the others follow it in order. A caller that
+// kept what it appended can then hand on its own copy rather than decode
+// the payload again.
+func BatchFirst(ctx context.Context) (uint64, bool) {
+	v, ok := ctx.Value(batchFirstKey{}).(uint64)
+	return v, ok
+}
+
 // deliver calls sink until it accepts the batch (true) or ctx ends (false).
 func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]byte) error) bool {
 	s.views = s.views[:0]
@@ -206,6 +217,7 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 		start = end
 	}
 	backoff := shipBackoff
+	ctx = context.WithValue(ctx, batchFirstKey{}, s.lastSeq-uint64(s.n)+1)
 	for {
 		err := sink(ctx, s.views)
 		if err == nil {

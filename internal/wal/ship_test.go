@@ -295,3 +295,44 @@ func TestShipDrainsOnceRunHasReturned(t *testing.T) {
 		}
 	})
 }
+
+// TestShipBatchFirst: inside the sink, BatchFirst(ctx)+i is the Seq that
+// Append gave the batch's i-th payload, across batches and a retry.
+func TestShipBatchFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+		runT(t, w)
+		seqOf := map[string]uint64{}
+		for _, p := range payloads(10) {
+			seqOf[p] = appendWait(t, w, p).Seq()
+		}
+		if _, ok := BatchFirst(context.Background()); ok {
+			t.Error("BatchFirst outside a sink answered ok")
+		}
+		calls, seen := 0, 0
+		delivered := make(chan struct{})
+		stop := shipT(t, w, 3, 0, func(ctx context.Context, ps [][]byte) error {
+			calls++
+			first, ok := BatchFirst(ctx)
+			if !ok {
+				t.Fatal("BatchFirst inside the sink: not ok")
+			}
+			for i, p := range ps {
+				if want := seqOf[string(p)]; first+uint64(i) != want {
+					t.Errorf("payload %q: BatchFirst+%d = %d, Append gave %d", p, i, first+uint64(i), want)
+				}
+			}
+			if calls == 2 {
+				return errors.New("store down") // retried: the same first
+			}
+			if seen += len(ps); seen == 10 {
+				close(delivered)
+			}
+			return nil
+		})
+		<-delivered
+		if err := stop(); err != nil {
+			t.Fatalf("Ship: %v", err)
+		}
+	})
+}
