@@ -27,11 +27,6 @@ func notImplemented(method string) error {
 	return fmt.Errorf("ClickHouse store: %s: %w", method, ErrNotImplemented)
 }
 
-// Report is not implemented yet: it needs the rollups.
-func (s *Store) Report(context.Context, store.ReportQuery) ([]store.ReportRow, error) {
-	return nil, notImplemented("Report")
-}
-
 // Prompts is not implemented yet: it needs the prompt rollup.
 func (s *Store) Prompts(context.Context, time.Time, time.Time, int64, int) ([]store.PromptRow, error) {
 	return nil, notImplemented("Prompts")

@@ -3,8 +3,10 @@ package clickhouse
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
+	_ "time/tzdata" // the time zone tests run wherever the suite does
 
 	"github.com/google/go-cmp/cmp"
 
@@ -18,11 +20,10 @@ import (
 func TestNotImplemented(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
-	_, err1 := s.Report(ctx, store.ReportQuery{})
 	_, err2 := s.Prompts(ctx, time.Time{}, time.Now(), 2, 10)
 	_, err3 := s.Rerate(ctx, time.Time{}, time.Now(), func(*record.Record) record.Cost { return record.Cost{} })
 	err4 := s.SetEngineTiming(ctx, "req-000001", record.EngineTiming{})
-	for i, err := range []error{err1, err2, err3, err4} {
+	for i, err := range []error{err2, err3, err4} {
 		if !errors.Is(err, ErrNotImplemented) {
 			t.Errorf("method %d: %v, want ErrNotImplemented", i+1, err)
 		}
@@ -138,5 +139,58 @@ func TestWindowDayRacingCompactors(t *testing.T) {
 	}
 	if ok, err := other.AddWindowDay(ctx, start, end, late); err != nil || ok {
 		t.Errorf("a third write of the day = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// TestReportPeriodsInZones: the period checks with days and months in a
+// zone with daylight-saving changes (23- and 25-hour days, and a skipped
+// midnight: Havana) and one whose midnights are off the UTC hour
+// (Kolkata). UTC is in the suite (ReportAcrossMonths). Each zone costs
+// some 600 queries, so the SQLite suite's New York and Shanghai, which
+// take the same paths, are left out here.
+func TestReportPeriodsInZones(t *testing.T) {
+	needServer(t)
+	for _, name := range []string{"America/Havana", "Asia/Kolkata"} {
+		t.Run(name, func(t *testing.T) {
+			loc, err := time.LoadLocation(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := openTest(t)
+			s.loc = loc
+			storetest.ReportPeriods(t, s, loc)
+		})
+	}
+}
+
+// TestReportZoneOverride: a query's Zone beats the store's; a request at
+// 23:30 UTC is the next day in Shanghai.
+func TestReportZoneOverride(t *testing.T) {
+	s := openTest(t)
+	sh, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := storetest.Record(1)
+	r.Arrival = time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC)
+	r.Finish()
+	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		zone *time.Location
+		want []string
+	}{
+		{nil, []string{"2026-01-31", "2026-01"}},
+		{time.UTC, []string{"2026-01-31", "2026-01"}},
+		{sh, []string{"2026-02-01", "2026-02"}},
+	} {
+		rows, err := s.Report(t.Context(), store.ReportQuery{GroupBy: []store.Dim{store.DimDay, store.DimMonth}, Zone: tt.zone, Measures: []string{"requests"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || !slices.Equal(rows[0].Keys, tt.want) || rows[0].Requests != 1 {
+			t.Errorf("zone %v: %+v, want keys %v", tt.zone, rows, tt.want)
+		}
 	}
 }

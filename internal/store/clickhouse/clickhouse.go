@@ -60,6 +60,11 @@ type Config struct {
 	Timeout time.Duration
 	// Client is the HTTP client; nil uses one of the store's own.
 	Client *http.Client
+	// Location is the report time zone: days and months of reports follow
+	// its calendar unless a query names another (default UTC). Unlike
+	// SQLite's day rollups, nothing is bucketed at write time, so changing
+	// it applies to past rows too.
+	Location *time.Location
 }
 
 // defaultTimeout is Config.Timeout's zero value: ample for a batch of
@@ -79,6 +84,7 @@ type Store struct {
 	mu sync.Mutex
 	// now is the clock behind the write version.
 	now func() time.Time
+	loc *time.Location // the report time zone
 }
 
 var _ store.Store = (*Store)(nil)
@@ -101,7 +107,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("open ClickHouse store: HTTP address %q: want http://host:port", redact(cfg.HTTP))
 	}
-	s := &Store{db: cfg.Database, log: log, now: time.Now}
+	s := &Store{db: cfg.Database, log: log, now: time.Now, loc: cfg.Location}
+	if s.loc == nil {
+		s.loc = time.UTC
+	}
 	hc := cfg.Client
 	if hc == nil {
 		s.own = http.DefaultTransport.(*http.Transport).Clone()
