@@ -131,7 +131,12 @@ func (r *Redis) validate(path string, c *Config) []error {
 		return errs
 	}
 	if u, err := url.Parse(r.URL); err != nil {
-		bad("url", "not a URL: %v", err)
+		// url.Error quotes the whole URL, password included: only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		bad("url", "not a URL (%v)", err)
 	} else {
 		switch u.Scheme {
 		case "redis", "rediss":

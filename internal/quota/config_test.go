@@ -39,6 +39,8 @@ func TestValidateNamesYAMLPaths(t *testing.T) {
 			"quotas.redis.url: required when other quotas.redis settings are given (without it the counters stay in process)"},
 		{"redis_scheme", Config{Redis: Redis{URL: "http://u:secret@cache:6379"}},
 			`quotas.redis.url: must start with redis://, rediss:// or unix://; got "http://u:xxxxx@cache:6379"`},
+		{"redis_unparsable", Config{Redis: Redis{URL: "redis://:S3cr%t!@redis.internal:6379/0"}},
+			`quotas.redis.url: not a URL (invalid URL escape "%t!")`},
 		{"redis_host", Config{Redis: Redis{URL: "redis:///0"}},
 			`quotas.redis.url: needs a host, as in redis://127.0.0.1:6379/0; got "redis:///0"`},
 		{"redis_timeout", Config{Redis: Redis{URL: "redis://cache:6379", Timeout: -time.Millisecond, Backoff: -time.Second}},

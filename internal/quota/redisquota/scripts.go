@@ -155,7 +155,10 @@ for j = 1, k do
   local s = S[j]
   local dk, bk = KEYS[2*j-1], KEYS[2*j]
   local touched = s.nf > 0
-  if not refused then
+  if not refused and (s.dt > 0 or s.dc > 0) then
+    -- Only a scope with a daily limit was seeded above: marking another
+    -- one seeded would keep a daily limit added later from loading the
+    -- day's usage from the ledger.
     if s.dt > 0 then redis.call('HINCRBY', dk, 'r', n) end
     if s.dc > 0 then redis.call('HINCRBY', dk, 'cr', c) end
     if not s.seeded then redis.call('HSET', dk, 's', 1) end
@@ -213,12 +216,16 @@ for j = 1, k do
   end
   local u, r, cu, cr, nf = 0, 0, 0, 0, 0
   if today and (dt > 0 or dc > 0) and redis.call('HEXISTS', dk, 's') == 1 then
+    -- A reservation below zero means the key was lost and seeded again
+    -- after this request was admitted: it was never reserved here.
     if dt > 0 then
       r = redis.call('HINCRBY', dk, 'r', 0 - rt)
+      if r < 0 then redis.call('HSET', dk, 'r', 0); r = 0 end
       u = redis.call('HINCRBY', dk, 'u', at)
     end
     if dc > 0 then
       cr = redis.call('HINCRBY', dk, 'cr', 0 - rc)
+      if cr < 0 then redis.call('HSET', dk, 'cr', 0); cr = 0 end
       cu = redis.call('HINCRBY', dk, 'cu', ac)
     end
     local f = num(redis.call('HGET', dk, 'f')) or 0
