@@ -404,13 +404,13 @@ func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where 
 			continue
 		}
 		h := t.UTC().Truncate(time.Hour)
-		hi := earlier(h.Add(time.Hour), storeEnd)
+		hi := earlier(h.Add(time.Hour), earlier(storeEnd, days.nextStart(t)))
 		i := tl.index(t)
 		if i < 0 {
 			t = hi
 			continue
 		}
-		if t.Equal(h) && tl.wholeHour(h, storeEnd) {
+		if t.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.wholeHour(h, storeEnd) {
 			// A whole closed hour within one step: merged once, kept.
 			hg, err := a.merged.get(ctx, "h", h, by, where, qs, a.hourLoader(ctx, h))
 			if err != nil {
@@ -619,11 +619,30 @@ type storedDay struct {
 	groups []hourGroup
 }
 
+// storedDays are compacted days by their start (Unix s).
+type storedDays map[int64]storedDay
+
+// nextStart is the start of the first of the days after t, or a time
+// far ahead when none is: where a stretch read by the hour must stop
+// (in zones whose days start on the half hour, mid-hour).
+func (ds storedDays) nextStart(t time.Time) time.Time {
+	next := int64(math.MaxInt64)
+	for s := range ds {
+		if s > t.Unix() && s < next {
+			next = s
+		}
+	}
+	if next == math.MaxInt64 {
+		return time.Unix(1<<40, 0)
+	}
+	return time.Unix(next, 0)
+}
+
 // storedDays are the local days lying whole in [tl.from, end) and within
 // one step that the store has compacted (window.Compactor), by their
 // start (Unix s), read a few at a time: a day's rows replace its 24
 // hours'.
-func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity) map[int64]storedDay {
+func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity) storedDays {
 	loc := a.o.Loc
 	if loc == nil {
 		loc = time.UTC
@@ -635,7 +654,7 @@ func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []
 			starts = append(starts, d)
 		}
 	}
-	out := map[int64]storedDay{}
+	out := storedDays{}
 	var mu sync.Mutex
 	parallel(ctx, starts, func(d time.Time) {
 		hg, err := a.merged.get(ctx, "d", d, by, where, qs, func(emit func(window.Key, []byte)) (bool, error) {
@@ -662,7 +681,7 @@ func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []
 // not within a compacted day, a few at a time: decoding sketches is
 // CPU-bound, and a range of days has hundreds of hours to decode on its
 // first call.
-func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity, days map[int64]storedDay) {
+func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity, days storedDays) {
 	var hours []time.Time
 	for t := tl.from; t.Before(end); {
 		if d, ok := days[t.Unix()]; ok {
@@ -670,10 +689,11 @@ func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by
 			continue
 		}
 		h := t.UTC().Truncate(time.Hour)
-		if t.Equal(h) && tl.wholeHour(h, end) {
+		hi := earlier(h.Add(time.Hour), days.nextStart(t))
+		if t.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.wholeHour(h, end) {
 			hours = append(hours, h)
 		}
-		t = h.Add(time.Hour)
+		t = hi
 	}
 	parallel(ctx, hours, func(h time.Time) {
 		// Errors are met again, and returned, by the caller's read.
