@@ -84,8 +84,8 @@ func startLedger(cfg *config.Config, st interface {
 	// The Records appended by this process, by sequence number, until
 	// shipped: the shipper hands them on as they are rather than decode
 	// the queue's copy (the JSON round trip was a third of the ledger's
-	// CPU). After a restart, or beyond maxHeld unshipped, it decodes.
-	held := &heldRecords{m: map[uint64]*record.Record{}}
+	// CPU). After a restart, or beyond maxHeldBytes unshipped, it decodes.
+	held := &heldRecords{m: map[uint64]heldRecord{}}
 	shipDone := make(chan error, 1)
 	// Shipping ends by itself once Run has returned and everything durable
 	// has reached the store; the context only bounds a store that is down.
@@ -132,7 +132,7 @@ func startLedger(cfg *config.Config, st interface {
 				return err // retried with the same batch: held records stay
 			}
 			if seqs {
-				held.drop(first + uint64(len(payloads)))
+				held.drop(first, first+uint64(len(payloads)))
 			}
 			return nil
 		})
@@ -151,7 +151,7 @@ func startLedger(cfg *config.Config, st interface {
 				qlog.Error("record not queued", "request_id", r.RequestID, "err", err)
 				return nil
 			}
-			held.put(c.Seq(), r)
+			held.put(c.Seq(), r, len(b))
 			return c.Wait
 		},
 		amend: func(id string, et record.EngineTiming) {
@@ -187,18 +187,30 @@ func startLedger(cfg *config.Config, st interface {
 // has not shipped yet, by sequence number. A Record is not changed after
 // it is handed to the ledger, so the shipper may insert it as it is.
 type heldRecords struct {
-	mu sync.Mutex
-	m  map[uint64]*record.Record
+	mu    sync.Mutex
+	m     map[uint64]heldRecord
+	bytes int    // their encoded sizes, summed
+	low   uint64 // entries before it are shipped
 }
 
-// maxHeld bounds the Records kept while the store is down; beyond it, the
-// shipper decodes the queue's copies.
-const maxHeld = 100_000
+type heldRecord struct {
+	r    *record.Record
+	size int
+}
 
-func (h *heldRecords) put(seq uint64, r *record.Record) {
+// maxHeldBytes bounds the Records kept (by their encoded size) while the
+// store is slow or down; beyond it, the shipper decodes the queue's
+// copies, which are on disk anyway.
+const maxHeldBytes = 16 << 20
+
+// put holds r, appended as entry seq in size bytes, unless that entry was
+// shipped already (Append and put are not one step) or the bound is
+// reached.
+func (h *heldRecords) put(seq uint64, r *record.Record, size int) {
 	h.mu.Lock()
-	if len(h.m) < maxHeld {
-		h.m[seq] = r
+	if seq >= h.low && h.bytes+size <= maxHeldBytes {
+		h.m[seq] = heldRecord{r, size}
+		h.bytes += size
 	}
 	h.mu.Unlock()
 }
@@ -206,18 +218,18 @@ func (h *heldRecords) put(seq uint64, r *record.Record) {
 func (h *heldRecords) get(seq uint64) *record.Record {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.m[seq]
+	return h.m[seq].r
 }
 
-// drop forgets every Record before seq: shipped. It walks the whole map:
-// a Record put just after its entry was shipped (Append and put are not
-// one step) is dropped by the next batch rather than kept for ever.
-func (h *heldRecords) drop(before uint64) {
+// drop forgets the entries [first, end): shipped.
+func (h *heldRecords) drop(first, end uint64) {
 	h.mu.Lock()
-	for s := range h.m {
-		if s < before {
+	for s := first; s < end; s++ {
+		if e, ok := h.m[s]; ok {
+			h.bytes -= e.size
 			delete(h.m, s)
 		}
 	}
+	h.low = max(h.low, end)
 	h.mu.Unlock()
 }

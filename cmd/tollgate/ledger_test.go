@@ -15,27 +15,36 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
-// TestHeldRecords: a shipped batch drops every Record before its end,
-// also one put after its entry had already been shipped; the bound holds.
+// TestHeldRecords: a shipped batch drops its Records; one put after its
+// entry was shipped is not kept; the byte bound holds and frees up.
 func TestHeldRecords(t *testing.T) {
-	h := &heldRecords{m: map[uint64]*record.Record{}}
+	h := &heldRecords{m: map[uint64]heldRecord{}}
 	for s := uint64(1); s <= 5; s++ {
-		h.put(s, &record.Record{RequestID: string(rune('a' + s))})
+		h.put(s, &record.Record{RequestID: string(rune('a' + s))}, 100)
 	}
 	if r := h.get(3); r == nil || r.RequestID != "d" {
 		t.Fatalf("get(3) = %+v", r)
 	}
-	h.drop(4) // 1–3 shipped
-	h.put(2, &record.Record{})
-	h.drop(6) // 4–5 shipped; the late 2 goes too
-	if len(h.m) != 0 {
-		t.Errorf("%d records held after all were shipped, want 0", len(h.m))
+	h.drop(1, 4)                    // 1–3 shipped
+	h.put(2, &record.Record{}, 100) // late: already shipped
+	if h.get(2) != nil || len(h.m) != 2 || h.bytes != 200 {
+		t.Errorf("after shipping 1–3 and a late put of 2: %d held, %d bytes; want 4 and 5 only", len(h.m), h.bytes)
 	}
-	for s := range uint64(maxHeld + 10) {
-		h.put(s, &record.Record{})
+	h.drop(4, 6)
+	if len(h.m) != 0 || h.bytes != 0 {
+		t.Errorf("%d records (%d bytes) held after all were shipped, want none", len(h.m), h.bytes)
 	}
-	if len(h.m) != maxHeld {
-		t.Errorf("%d records held, want the bound %d", len(h.m), maxHeld)
+	const size = 1 << 20
+	for s := uint64(10); s < 10+maxHeldBytes/size+5; s++ {
+		h.put(s, &record.Record{}, size)
+	}
+	if h.bytes != maxHeldBytes || len(h.m) != maxHeldBytes/size {
+		t.Errorf("%d records, %d bytes held; want the bound, %d bytes", len(h.m), h.bytes, maxHeldBytes)
+	}
+	h.drop(10, 12)
+	h.put(100, &record.Record{}, size)
+	if h.get(100) == nil {
+		t.Error("room freed by a shipped batch was not used")
 	}
 }
 
