@@ -206,7 +206,7 @@ func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 	old := now.Add(-a.cfg.Keep).Unix()
 	var rows []store.WindowMinute
 	var hrows []store.WindowHour
-	var done []int64
+	var done, hours []int64
 	a.mu.Lock()
 	if a.from == 0 {
 		a.from = now.Unix()
@@ -250,6 +250,7 @@ func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 				Upstream: k.Upstream, Template: k.Template, Data: b})
 		}
 		a.hourly[h] = true
+		hours = append(hours, h)
 	}
 	for m := range a.minutes {
 		if m < old {
@@ -268,16 +269,33 @@ func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 	}
 	if len(rows) > 0 {
 		if err := a.p.AddWindowMinutes(ctx, rows); err != nil {
-			// The windows in memory stay right; only a restart would miss them.
-			a.log.Error("could not persist window minutes", "minutes", len(done), "err", err)
+			// The windows in memory stay right; the next Flush writes these
+			// minutes again (requests arriving meanwhile went to open ones).
+			a.log.Error("could not persist window minutes; will retry", "minutes", len(done), "err", err)
+			a.unmark(done, hours)
 			return // no hour without its minutes
 		}
 	}
 	if len(hrows) > 0 {
 		if err := a.p.AddWindowHours(ctx, hrows); err != nil {
-			// Readers fall back to the hour's minutes.
-			a.log.Error("could not persist window hours", "rows", len(hrows), "err", err)
+			// Readers fall back to the hour's minutes until a retry works.
+			a.log.Error("could not persist window hours; will retry", "rows", len(hrows), "err", err)
+			a.unmark(nil, hours)
 		}
+	}
+}
+
+// unmark makes minutes and hours whose write failed due again.
+func (a *Aggregator) unmark(minutes, hours []int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range minutes {
+		if _, ok := a.minutes[m]; ok {
+			a.flushed[m] = false
+		}
+	}
+	for _, h := range hours {
+		delete(a.hourly, h)
 	}
 }
 

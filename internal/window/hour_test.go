@@ -143,3 +143,68 @@ func TestHourRowsNeedFrom(t *testing.T) {
 		t.Errorf("hour rows %+v, want one, of %s", hs, t0.Add(time.Hour))
 	}
 }
+
+// failingOnce fails its first minute and hour writes.
+type failingOnce struct {
+	*sqlite.Store
+	minuteFails, hourFails int
+}
+
+func (f *failingOnce) AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) error {
+	if f.minuteFails > 0 {
+		f.minuteFails--
+		return context.DeadlineExceeded
+	}
+	return f.Store.AddWindowMinutes(ctx, ms)
+}
+
+func (f *failingOnce) AddWindowHours(ctx context.Context, hs []store.WindowHour) error {
+	if f.hourFails > 0 {
+		f.hourFails--
+		return context.DeadlineExceeded
+	}
+	return f.Store.AddWindowHours(ctx, hs)
+}
+
+// TestFlushRetriesFailedWrites: minutes and an hour whose write failed
+// are written by the next Flush, once each.
+func TestFlushRetriesFailedWrites(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := &failingOnce{Store: st, minuteFails: 1, hourFails: 1}
+	a := New(Config{From: t0}, p, nil, nil)
+	for i := range 120 {
+		a.Add(req("m", t0.Add(time.Duration(i)*30*time.Second), 100*time.Millisecond, time.Second, 10, 1))
+	}
+	end := t0.Add(62 * time.Minute)
+	a.Flush(ctx, end) // the minutes' write fails: nothing written, hours not tried
+	if ms, _ := st.WindowMinutes(ctx, t0, t0.Add(time.Hour)); len(ms) != 0 {
+		t.Fatalf("%d minutes stored after a failed write", len(ms))
+	}
+	a.Flush(ctx, end) // minutes written; the hour's write fails
+	a.Flush(ctx, end) // the hour written
+	a.Flush(ctx, end) // nothing again
+	ms, err := st.WindowMinutes(ctx, t0, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, m := range ms {
+		var s Stats
+		if err := s.UnmarshalBinary(m.Data); err != nil {
+			t.Fatal(err)
+		}
+		n += s.Requests
+	}
+	if n != 120 {
+		t.Errorf("%d requests in the stored minutes, want 120 (each once)", n)
+	}
+	hs, err := st.WindowHours(ctx, t0, t0.Add(time.Hour))
+	if err != nil || len(hs) != 1 {
+		t.Errorf("%d hour rows (%v), want 1", len(hs), err)
+	}
+}
