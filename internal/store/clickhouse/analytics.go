@@ -2,46 +2,19 @@ package clickhouse
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// store.Analytics on ClickHouse, as far as it goes. Implemented: events,
-// engine samples, the alerting windows' minutes, hours and days, and
-// Prune of everything this store keeps. Not implemented yet, and answering
-// ErrNotImplemented: Report, Prompts, Rerate and SetEngineTiming, which
-// all need the rollups (see docs/operations.md, "ClickHouse").
+// store.Analytics on ClickHouse: events, engine samples, the alerting
+// windows' minutes, hours and days, and Prune of everything this store
+// keeps. Report and Prompts are in report.go and amend.go, over the
+// requests table until the rollups exist.
 
 var _ store.Analytics = (*Store)(nil)
-
-// ErrNotImplemented is wrapped by the store.Analytics methods this store
-// does not have yet. They fail loudly rather than answer empty reports.
-var ErrNotImplemented = errors.New("not implemented by the ClickHouse store yet")
-
-func notImplemented(method string) error {
-	return fmt.Errorf("ClickHouse store: %s: %w", method, ErrNotImplemented)
-}
-
-// Prompts is not implemented yet: it needs the prompt rollup.
-func (s *Store) Prompts(context.Context, time.Time, time.Time, int64, int) ([]store.PromptRow, error) {
-	return nil, notImplemented("Prompts")
-}
-
-// Rerate is not implemented yet: it must move rows and rollups together.
-func (s *Store) Rerate(context.Context, time.Time, time.Time, func(*record.Record) record.Cost) (int, error) {
-	return 0, notImplemented("Rerate")
-}
-
-// SetEngineTiming is not implemented yet: it must move rows and rollups
-// together.
-func (s *Store) SetEngineTiming(context.Context, string, record.EngineTiming) error {
-	return notImplemented("SetEngineTiming")
-}
 
 // The side tables. Times are Int64 (nanoseconds for events and samples,
 // seconds for the windows, as in the SQLite store) and every table is

@@ -1,7 +1,6 @@
 package clickhouse
 
 import (
-	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -14,21 +13,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
-
-// TestNotImplemented: what needs the rollups fails loudly, never with an
-// empty answer a report could take for "no traffic".
-func TestNotImplemented(t *testing.T) {
-	s := openTest(t)
-	ctx := t.Context()
-	_, err2 := s.Prompts(ctx, time.Time{}, time.Now(), 2, 10)
-	_, err3 := s.Rerate(ctx, time.Time{}, time.Now(), func(*record.Record) record.Cost { return record.Cost{} })
-	err4 := s.SetEngineTiming(ctx, "req-000001", record.EngineTiming{})
-	for i, err := range []error{err2, err3, err4} {
-		if !errors.Is(err, ErrNotImplemented) {
-			t.Errorf("method %d: %v, want ErrNotImplemented", i+1, err)
-		}
-	}
-}
 
 // TestPruneLedger: the ledger and the sampled timelines go by their own
 // retention, and Prune returns only once they are gone.
@@ -193,4 +177,58 @@ func TestReportZoneOverride(t *testing.T) {
 			t.Errorf("zone %v: %+v, want keys %v", tt.zone, rows, tt.want)
 		}
 	}
+}
+
+// TestAmendmentsAreVersions: an amendment is a new version of the row;
+// readers see it at once, a replay of the original does not undo it, and
+// merges keep it.
+func TestAmendmentsAreVersions(t *testing.T) {
+	s := openTest(t)
+	ctx := t.Context()
+	recs := storetest.Records(0, 3)
+	if err := s.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	et := record.EngineTiming{Signal: "vllm-span", Queue: 20 * time.Millisecond, Prefill: 50 * time.Millisecond, Decode: 600 * time.Millisecond}
+	if err := s.SetEngineTiming(ctx, recs[1].RequestID, et); err != nil {
+		t.Fatal(err)
+	}
+	rate := func(r *record.Record) record.Cost { return record.Cost{Nanos: 7, Currency: "EUR", PriceVersion: "v9"} }
+	if n, err := s.Rerate(ctx, recs[0].Arrival, recs[2].Arrival.Add(time.Second), rate); err != nil || n != 3 {
+		t.Fatalf("Rerate = %d, %v; want 3", n, err)
+	}
+	want := make([]*record.Record, len(recs))
+	for i, r := range recs {
+		c := *r
+		c.Cost = rate(r)
+		if i == 1 {
+			c.EngineTiming = &et
+		}
+		c.Finish()
+		want[i] = &c
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, w := range want {
+			got, err := s.Request(ctx, w.RequestID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]*record.Record{w}, got); diff != "" {
+				t.Errorf("%s: Request(%q) (-want +got):\n%s", when, w.RequestID, diff)
+			}
+		}
+	}
+	check("amended")
+	if err := s.Insert(ctx, recs); err != nil { // a late replay of the originals
+		t.Fatal(err)
+	}
+	check("after a replay")
+	if err := s.c.exec(ctx, "", "OPTIMIZE TABLE "+s.table("requests")+" FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	if n := selectRowBinary(t, s, "SELECT count() FROM "+s.table("requests"), (*dec).u64); len(n) != 1 || n[0] != 3 {
+		t.Errorf("rows after merging = %v, want 3", n)
+	}
+	check("after merging")
 }

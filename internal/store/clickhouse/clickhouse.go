@@ -8,12 +8,13 @@
 // RowBinary: the one client path that works from Debian's 18.16 to current
 // servers (see docs/operations.md, "ClickHouse", for what was measured).
 //
-// Status: store.Store (Insert, Requests, Request) is complete. Of
-// store.Analytics, events, engine samples, the alerting windows and Prune
-// are implemented; Report, Prompts, Rerate and SetEngineTiming, which need
-// the rollups, answer ErrNotImplemented (analytics.go). The spill queue
-// while ClickHouse is down is the gateway's write-ahead queue
-// (internal/wal), which ships into any store.Store.
+// Status: store.Store is complete, and so is store.Analytics except that
+// Report and Prompts aggregate the requests table itself (exact, but they
+// read the ledger's rows; rollups are the next step, and until they exist
+// pruning the ledger also drops what reports count). Amendments (late
+// engine timings, re-rating) are new versions of a row, not mutations
+// (amend.go). The spill queue while ClickHouse is down is the gateway's
+// write-ahead queue (internal/wal), which ships into any store.Store.
 package clickhouse
 
 import (
