@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -333,18 +335,21 @@ func runArm(ctx context.Context, o *Options, t target, pid, sutCPU int, seq *ato
 	for _, rate := range o.Rates {
 		m := startMeter(pid, sutCPU)
 		l := fixedRate(ctx, t, rate, o.Phase, seq)
+		drained(ctx, t.base)
 		per, others := m.stop(l.sent)
 		ar.JSON = append(ar.JSON, JSONResult{Rate: rate, Sent: l.sent, OK: l.ok, Errors: l.errs, Dropped: l.dropped, FirstErr: l.firstErr,
 			P50: ms(pct(l.lat, 50)), P99: ms(pct(l.lat, 99)), CPUPerReq: per, Others: others})
 	}
 	m := startMeter(pid, sutCPU)
 	s := saturate(ctx, t, o.Workers, o.Phase, seq)
+	drained(ctx, t.base)
 	per, others := m.stop(s.sent)
 	ar.Saturation = SatResult{Workers: o.Workers, OK: s.ok, Errors: s.errs, FirstErr: s.firstErr,
 		RPS: float64(s.ok) / s.elapsed.Seconds(), P50: ms(pct(s.lat, 50)), P99: ms(pct(s.lat, 99)), CPUPerReq: per, Others: others}
 	for _, c := range o.SSE {
 		m := startMeter(pid, sutCPU)
 		st := streamPhase(ctx, t, c, o.Phase, o.Mock, seq)
+		drained(ctx, t.base)
 		per, others := m.stop(st.started)
 		ar.SSE = append(ar.SSE, SSEResult{Conc: c, Streams: st.started, OK: st.ok, Errors: st.errs, FirstErr: st.firstErr, FramesLost: st.framesLost,
 			TTFTP50: ms(pct(st.ttft, 50)), TTFTP99: ms(pct(st.ttft, 99)), ITLP50: ms(pct(st.itl, 50)), ITLP99: ms(pct(st.itl, 99)),
@@ -384,6 +389,51 @@ func startMeter(pid, cpu int) meter {
 		m.busy, _ = cpuBusy(cpu)
 	}
 	return m
+}
+
+// drained waits (up to 10 s) until an arm with a ledger has shipped every
+// record it queued, so that the CPU spent shipping a scenario's records
+// to SQLite (asynchronous, in batches) counts in that scenario and not
+// in the next. Arms without one (no tollgate_wal_unshipped_entries on
+// /metrics) return at once.
+func drained(ctx context.Context, base string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, ok := unshipped(ctx, base)
+		if !ok || n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// unshipped reads tollgate_wal_unshipped_entries from base's /metrics.
+func unshipped(ctx context.Context, base string) (float64, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "tollgate_wal_unshipped_entries "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // stop returns the arm's CPU µs per request (0 for D) and the share of
