@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -77,8 +78,16 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// The body is read whole before forwarding: streamed, a hop can be
+	// cut when the request body and the answer cross (golang/go#40747;
+	// seen here as a rare "unexpected EOF" under -race).
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
 	out := r.Clone(r.Context())
 	out.URL.Scheme, out.URL.Host, out.RequestURI, out.Host = p.target.Scheme, p.target.Host, "", ""
+	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
