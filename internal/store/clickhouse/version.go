@@ -49,9 +49,9 @@ type Features struct {
 	// experimental behind a setting in 18.x, on by default from 19.x;
 	// used from 20.1, where it is plain and stable.
 	LowCardinality bool
-	// TTL on tables (from 19.6). Not used yet: retention (Prune) is not
-	// implemented by this store; the next step drops old day partitions,
-	// which works on every version.
+	// TTL on tables (from 19.6). Not used yet: Prune deletes by mutations,
+	// which work from 18.16 on; dropping old day partitions (every
+	// version) or TTL is the next step for large tables.
 	TTL bool
 	// AsyncInsert (from 21.11). Not used: the store.Writer batches
 	// already, so each replica sends one INSERT per batch.
