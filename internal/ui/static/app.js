@@ -666,7 +666,9 @@
     const width = Math.max(320, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
     const u = new uPlot({
       width, height: opts.height || 220,
-      axes: [{}, { label: opts.unit || '', size: 60 }],
+      // Tick labels to six significant digits: uPlot's own rounding could
+      // print 0.0025 and 0.002 both as "0.002" on small rates.
+      axes: [{}, { label: opts.unit || '', size: 60, values: (u, splits) => splits.map((v) => (v == null ? '' : String(Number(v.toPrecision(6))))) }],
       scales: { y: { range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] } },
       series, legend: { show: true },
     }, [xs].concat(order.map((i) => data[i])), el);
