@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/scrape"
 	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/clickhouse"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
 	"github.com/tollgate-dev/tollgate/internal/ui"
@@ -303,6 +305,46 @@ func loadConfig(path, listen, upstream, engine, db string) (*config.Config, erro
 	return cfg, nil
 }
 
+// ledgerStore is what serve needs of a store: the ledger and its
+// analytics. Everything downstream takes these interfaces.
+type ledgerStore interface {
+	store.Store
+	store.Analytics
+}
+
+// openStore opens the store that store.backend names.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
+	switch cfg.Store.Backend {
+	case "clickhouse":
+		ch := cfg.Store.ClickHouse
+		st, err := clickhouse.Open(ctx, clickhouse.Config{HTTP: ch.URL, Database: ch.Database, Timeout: ch.Timeout, Location: cfg.Location()}, log)
+		if err != nil {
+			return nil, err
+		}
+		v := st.Version()
+		log.Info("store: ClickHouse", "url", redactedURL(ch.URL), "database", ch.Database, "server_version", v.String(),
+			"batch_size", cfg.Store.BatchSize, "flush_interval", cfg.Store.FlushInterval, "queue", cfg.QueueDir())
+		log.Warn("ClickHouse store: reports aggregate the ledger rows themselves (no rollups yet), so a long report reads every row of its period")
+		return st, nil
+	case "", "sqlite":
+		st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log, sqlite.WithLocation(cfg.Location()))
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return st, nil
+	default:
+		return nil, fmt.Errorf("store.backend: must be sqlite or clickhouse; got %q", cfg.Store.Backend)
+	}
+}
+
+// redactedURL drops the password from a URL for the log.
+func redactedURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "[unparsable]"
+}
+
 // serve runs the gateway until ctx is done, then drains: in-flight requests
 // get the grace period, then are cancelled and recorded as cut by shutdown;
 // every Record is flushed to the store before serve returns. When started
@@ -312,8 +354,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Store: the SQLite ledger, and the durable queue in front of it.
-	st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log.With("component", "store"), sqlite.WithLocation(cfg.Location()))
+	// Store: the ledger (SQLite or ClickHouse), and the durable queue in
+	// front of it, local in both cases.
+	st, err := openStore(ctx, cfg, log.With("component", "store"))
 	if err != nil {
 		return err
 	}
@@ -441,7 +484,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
 		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter)}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
-	if runs, err := billing.OpenRuns(ctx, cfg.Store.SQLite.Path); err != nil {
+	if cfg.Store.Backend == "clickhouse" {
+		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
+	} else if runs, err := billing.OpenRuns(ctx, cfg.Store.SQLite.Path); err != nil {
 		log.Warn("reconciliation runs unavailable; the dashboard lists none", "err", err)
 	} else {
 		defer runs.Close()
@@ -453,7 +498,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
-	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+	if cfg.Store.Backend == "clickhouse" {
+		// The ClickHouse store has no rollups yet: reports read the ledger
+		// itself, so pruning it would also erase what reports and bills
+		// count.
+		log.Warn("store.retention is not enforced on ClickHouse yet: its reports read the ledger (no rollups), so nothing is pruned")
+	} else {
+		go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+	}
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
 	}

@@ -155,7 +155,12 @@ type Log struct {
 
 // Store configures where records go.
 type Store struct {
+	// Backend is where the ledger lives: "sqlite" (default), an embedded
+	// file, or "clickhouse", shared by several replicas. The write-ahead
+	// queue stays local either way.
+	Backend       string        `yaml:"backend"`
 	SQLite        SQLite        `yaml:"sqlite"`
+	ClickHouse    ClickHouse    `yaml:"clickhouse"`
 	QueueSize     int           `yaml:"queue_size"`
 	BatchSize     int           `yaml:"batch_size"`
 	FlushInterval time.Duration `yaml:"flush_interval"`
@@ -196,6 +201,27 @@ type Retention struct {
 type SQLite struct {
 	Path string `yaml:"path"`
 }
+
+// ClickHouse is the shared store, used when Store.Backend is
+// "clickhouse". Its ClickHouse defaults for batch_size (1000) and
+// flush_interval (1s) apply when the file sets neither: ClickHouse wants
+// few, large inserts.
+type ClickHouse struct {
+	// URL is the server's HTTP interface, e.g. http://127.0.0.1:8123;
+	// user and password, if any, go in its userinfo.
+	URL string `yaml:"url"`
+	// Database holds the tables; created if missing. Default "tollgate".
+	Database string `yaml:"database"`
+	// Timeout bounds each call to the server. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// ClickHouse's batching defaults: about one insert a second, of at least
+// a thousand rows when traffic allows.
+const (
+	ClickHouseBatchSize     = 1000
+	ClickHouseFlushInterval = time.Second
+)
 
 // Upstream is one inference engine.
 type Upstream struct {
@@ -294,7 +320,9 @@ func Default() *Config {
 		ShutdownGrace: 30 * time.Second,
 		Log:           Log{Level: "info", Format: "text"},
 		Store: Store{
+			Backend:       "sqlite",
 			SQLite:        SQLite{Path: "./tollgate.db"},
+			ClickHouse:    ClickHouse{Database: "tollgate", Timeout: 30 * time.Second},
 			QueueSize:     65536,
 			BatchSize:     512,
 			FlushInterval: 200 * time.Millisecond,

@@ -48,6 +48,11 @@ func TestBadConfigs(t *testing.T) {
 		"alert_typo.bad.yml":              "alerts.rules[0].treshold: unknown key (line 5)",
 		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
 		"bad_durability.bad.yml":          `store.durability: must be queue, memory or off; got "none"`,
+		"bad_backend.bad.yml":             `store.backend: must be sqlite or clickhouse; got "postgres"`,
+		"clickhouse_no_url.bad.yml":       "store.clickhouse.url: required when store.backend is clickhouse",
+		"clickhouse_bad.bad.yml": `store.clickhouse.url: must be the HTTP interface's URL such as http://127.0.0.1:8123; got "tcp://10.0.0.9:9000/[redacted]"` +
+			"\nstore.clickhouse.database: must be letters, digits and _, not starting with a digit; got \"9db\"" +
+			"\nstore.clickhouse.timeout: must be positive (default 30s); got -1s",
 	}
 	files, _ := filepath.Glob("testdata/*.bad.yml")
 	if len(files) != len(cases) {

@@ -64,6 +64,7 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := root.Decode(cfg); err != nil {
 		return nil, fmt.Errorf("yaml: %w", cleanYAMLError(err))
 	}
+	clickHouseBatching(cfg, mapValue(root, "store"))
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -266,8 +267,29 @@ func (c *Config) Validate() error {
 	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
 		bad("log.format", "must be text or json; got %q", c.Log.Format)
 	}
-	if c.Store.SQLite.Path == "" {
-		bad("store.sqlite.path", "must not be empty")
+	switch c.Store.Backend {
+	case "sqlite":
+		if c.Store.SQLite.Path == "" {
+			bad("store.sqlite.path", "must not be empty")
+		}
+	case "clickhouse":
+		ch := c.Store.ClickHouse
+		if ch.URL == "" {
+			bad("store.clickhouse.url", "required when store.backend is clickhouse")
+		} else if u, err := url.Parse(ch.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("store.clickhouse.url", "must be the HTTP interface's URL such as http://127.0.0.1:8123; got %q", redactURL(ch.URL))
+		}
+		if !clickHouseDB.MatchString(ch.Database) {
+			bad("store.clickhouse.database", "must be letters, digits and _, not starting with a digit; got %q", ch.Database)
+		}
+		if ch.Timeout <= 0 {
+			bad("store.clickhouse.timeout", "must be positive (default 30s); got %v", ch.Timeout)
+		}
+		if c.Store.Queue.Dir == "" && c.Store.SQLite.Path == "" {
+			bad("store.queue.dir", "required when store.backend is clickhouse and store.sqlite.path is empty")
+		}
+	default:
+		bad("store.backend", "must be sqlite or clickhouse; got %q", c.Store.Backend)
 	}
 	if d := c.Store.Durability; d != "queue" && d != "memory" && d != "off" {
 		bad("store.durability", "must be queue, memory or off; got %q", d)
@@ -526,4 +548,22 @@ func (c *Config) Location() *time.Location {
 		return time.UTC
 	}
 	return loc
+}
+
+// clickHouseDB is what the ClickHouse store accepts as a database name.
+var clickHouseDB = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// clickHouseBatching gives a ClickHouse backend its batching defaults
+// (ClickHouseBatchSize rows, ClickHouseFlushInterval) where the store
+// section of the file does not set batch_size or flush_interval itself.
+func clickHouseBatching(c *Config, storeNode *yaml.Node) {
+	if c.Store.Backend != "clickhouse" {
+		return
+	}
+	if storeNode == nil || mapValue(storeNode, "batch_size") == nil {
+		c.Store.BatchSize = ClickHouseBatchSize
+	}
+	if storeNode == nil || mapValue(storeNode, "flush_interval") == nil {
+		c.Store.FlushInterval = ClickHouseFlushInterval
+	}
 }
