@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/clickhouse/chtest"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
@@ -342,7 +343,7 @@ func TestOpenErrors(t *testing.T) {
 
 func mustFreePort(t *testing.T) int {
 	t.Helper()
-	p, err := freePort()
+	p, err := chtest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,21 +35,37 @@ func Database() string {
 	return fmt.Sprintf("tollgate_test_%d_%d", os.Getpid(), dbSeq.Add(1))
 }
 
+// Start finds a server named by TOLLGATE_CLICKHOUSE_HTTP or starts one
+// (for a whole test binary: call it from TestMain) and returns its base
+// URL and how to stop it; with neither, url is "" and why says what is
+// missing.
+func Start() (url string, stop func() error, why string, err error) {
+	nothing := func() error { return nil }
+	if u := os.Getenv("TOLLGATE_CLICKHOUSE_HTTP"); u != "" {
+		return u, nothing, "", nil
+	}
+	if os.Getenv("TOLLGATE_CLICKHOUSE_ADDR") != "" {
+		return "", nothing, "TOLLGATE_CLICKHOUSE_ADDR is set but TOLLGATE_CLICKHOUSE_HTTP is not: the ClickHouse store speaks the HTTP interface; set TOLLGATE_CLICKHOUSE_HTTP too", nil
+	}
+	bin := findServer()
+	if bin == "" {
+		return "", nothing, "no ClickHouse server: set TOLLGATE_CLICKHOUSE_HTTP, or install Debian's clickhouse-server (scripts/test.sh does)", nil
+	}
+	u, stop, err := launch(bin)
+	return u, stop, "", err
+}
+
 // Server returns the base URL of a ClickHouse HTTP interface for t,
 // starting a server (stopped at t's cleanup) when none is named, and
 // skips t when there is neither.
 func Server(t testing.TB) string {
 	t.Helper()
-	if u := os.Getenv("TOLLGATE_CLICKHOUSE_HTTP"); u != "" {
-		return u
-	}
-	bin := findServer()
-	if bin == "" {
-		t.Skip("no ClickHouse server: set TOLLGATE_CLICKHOUSE_HTTP, or install Debian's clickhouse-server (scripts/test.sh does)")
-	}
-	u, stop, err := launch(bin)
+	u, stop, why, err := Start()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u == "" {
+		t.Skip(why)
 	}
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
@@ -139,12 +155,12 @@ func launch(bin string) (base string, stop func() error, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	httpPort, err := freePort()
+	httpPort, err := FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	tcpPort, err := freePort()
+	tcpPort, err := FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
@@ -221,7 +237,8 @@ func waitReady(base string, exited <-chan error) error {
 	}
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port free on loopback now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
