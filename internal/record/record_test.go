@@ -121,3 +121,26 @@ func TestCostAmount(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineRoundTrip: the stores' timeline encoding comes back to the
+// nanosecond, empty included.
+func TestTimelineRoundTrip(t *testing.T) {
+	for _, tl := range [][]TimelinePoint{{}, {{Index: 0, Offset: 1}, {Index: 7, Offset: 1<<62 + 3}}} {
+		s := EncodeTimeline(tl)
+		back, err := ParseTimeline(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if len(back) != len(tl) {
+			t.Fatalf("%s: %d points back, want %d", s, len(back), len(tl))
+		}
+		for i := range tl {
+			if back[i] != tl[i] {
+				t.Errorf("%s: point %d = %+v, want %+v", s, i, back[i], tl[i])
+			}
+		}
+	}
+	if _, err := ParseTimeline("[[1,"); err == nil {
+		t.Error("a cut timeline parsed")
+	}
+}

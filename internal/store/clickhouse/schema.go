@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -264,10 +263,12 @@ var ledger = []column{
 // so listing never touches it.
 var (
 	timelineCol = column{"timeline", "Nullable(String)", false,
-		func(e *enc, r *record.Record) { optStr(e, timelineJSON(r.Timeline), r.Sampled && r.Timeline != nil) },
+		func(e *enc, r *record.Record) {
+			optStr(e, record.EncodeTimeline(r.Timeline), r.Sampled && r.Timeline != nil)
+		},
 		func(d *dec, r *record.Record) error {
 			if d.null() {
-				tl, err := parseTimeline(d.str())
+				tl, err := record.ParseTimeline(d.str())
 				if err != nil && d.err == nil {
 					return fmt.Errorf("decode timeline of %q: %w", r.RequestID, err)
 				}
@@ -376,34 +377,4 @@ func jsonOf(v any, ok bool) (string, bool) {
 		return "", false
 	}
 	return string(b), true
-}
-
-// timelineJSON encodes the timeline as [[index, offset_ns], ...], integers
-// so that it comes back to the nanosecond.
-func timelineJSON(tl []record.TimelinePoint) string {
-	b := make([]byte, 0, 2+len(tl)*24)
-	b = append(b, '[')
-	for i, p := range tl {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, int64(p.Index), 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(p.Offset), 10)
-		b = append(b, ']')
-	}
-	return string(append(b, ']'))
-}
-
-func parseTimeline(s string) ([]record.TimelinePoint, error) {
-	var pts [][2]int64
-	if err := json.Unmarshal([]byte(s), &pts); err != nil {
-		return nil, err
-	}
-	tl := make([]record.TimelinePoint, len(pts))
-	for i, p := range pts {
-		tl[i] = record.TimelinePoint{Index: int(p[0]), Offset: time.Duration(p[1])}
-	}
-	return tl, nil
 }

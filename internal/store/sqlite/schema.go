@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -407,35 +406,11 @@ func tagsJSON(tags map[string]string) any {
 	return string(b)
 }
 
-// timelineJSON encodes the timeline as [[index, offset_ns], ...]. A nil
+// timelineJSON encodes the timeline (record.EncodeTimeline). A nil
 // timeline is NULL so that it comes back nil.
 func timelineJSON(tl []record.TimelinePoint) any {
 	if tl == nil {
 		return nil
 	}
-	b := make([]byte, 0, 2+len(tl)*24)
-	b = append(b, '[')
-	for i, p := range tl {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, int64(p.Index), 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(p.Offset), 10)
-		b = append(b, ']')
-	}
-	return string(append(b, ']'))
-}
-
-func parseTimeline(s string) ([]record.TimelinePoint, error) {
-	var pts [][2]int64
-	if err := json.Unmarshal([]byte(s), &pts); err != nil {
-		return nil, err
-	}
-	tl := make([]record.TimelinePoint, len(pts))
-	for i, p := range pts {
-		tl[i] = record.TimelinePoint{Index: int(p[0]), Offset: time.Duration(p[1])}
-	}
-	return tl, nil
+	return record.EncodeTimeline(tl)
 }

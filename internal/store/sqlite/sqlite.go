@@ -359,7 +359,7 @@ func (s *Store) query(ctx context.Context, q string, withTimeline bool, args ...
 			return nil, err
 		}
 		if withTimeline && timeline.Valid {
-			if r.Timeline, err = parseTimeline(timeline.String); err != nil {
+			if r.Timeline, err = record.ParseTimeline(timeline.String); err != nil {
 				return nil, fmt.Errorf("decode timeline of %q: %w", r.RequestID, err)
 			}
 		}
