@@ -61,6 +61,13 @@ for f in $(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do
   for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
     if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir" >"$log" 2>&1; then
       echo "ok   $dir $name"
+    elif grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" &&
+      go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir" >"$log" 2>&1; then
+      # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as
+      # a failure on a loaded machine (golang/go#75804, fixed in 1.27): no
+      # input is written then. Such a run is repeated once; a real failure
+      # writes its input to testdata/fuzz and fails at once.
+      echo "ok   $dir $name (second run: the first hit golang/go#75804)"
     else
       cat "$log"; echo "FAIL $dir $name"; exit 1
     fi

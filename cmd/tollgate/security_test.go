@@ -171,7 +171,7 @@ func TestServeTLSBadFiles(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := "listen_tls.cert_file: open " + missing + ": no such file or directory"
+	want := "listen_tls.cert_file: stat " + missing + ": no such file or directory"
 	if _, _, err := runCmd(t, "serve", "--config", cfgFile); err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("serve --config: %v; want an error ending %q", err, want)
 	}

@@ -72,9 +72,11 @@ func TestListenTLS(t *testing.T) {
 	for _, c := range []struct{ name, cert, key, want string }{
 		{"no key", cert, "", "listen_tls.key_file: required with listen_tls.cert_file"},
 		{"no cert", "", key, "listen_tls.cert_file: required with listen_tls.key_file"},
-		{"cert missing", missing, key, "listen_tls.cert_file: open " + missing + ": no such file or directory"},
-		{"key missing", cert, missing, "listen_tls.key_file: open " + missing + ": no such file or directory"},
-		{"cert unreadable", dir, key, "listen_tls.cert_file: read " + dir + ": is a directory"},
+		{"cert missing", missing, key, "listen_tls.cert_file: stat " + missing + ": no such file or directory"},
+		{"key missing", cert, missing, "listen_tls.key_file: stat " + missing + ": no such file or directory"},
+		{"cert a directory", dir, key, "listen_tls.cert_file: " + dir + ": not a regular file"},
+		// A device would block or never end: refused before reading.
+		{"key a device", cert, os.DevNull, "listen_tls.key_file: " + os.DevNull + ": not a regular file"},
 		{"key as cert", key, key, "listen_tls.cert_file: no PEM CERTIFICATE block in " + key},
 		{"key of another cert", cert, otherKey, "listen_tls.key_file: " + otherKey + ": tls: private key does not match public key"},
 	} {

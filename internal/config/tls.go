@@ -30,11 +30,11 @@ func (t ListenTLS) Load(path string) (*tls.Config, error) {
 	case t.KeyFile == "":
 		return nil, fmt.Errorf("%s.key_file: required with %s.cert_file", path, path)
 	}
-	certPEM, err := os.ReadFile(t.CertFile)
+	certPEM, err := readRegular(t.CertFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s.cert_file: %w", path, err)
 	}
-	keyPEM, err := os.ReadFile(t.KeyFile)
+	keyPEM, err := readRegular(t.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s.key_file: %w", path, err)
 	}
@@ -52,4 +52,21 @@ func (t ListenTLS) Load(path string) (*tls.Config, error) {
 		return nil, fmt.Errorf("%s.key_file: %s: %w", path, t.KeyFile, err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// readRegular reads a regular file of at most 1 MiB: a device or a pipe
+// named by mistake (/dev/stdin, /dev/zero) would otherwise block or never
+// end at start.
+func readRegular(name string) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	if fi.Size() > 1<<20 {
+		return nil, fmt.Errorf("%s: %d bytes, more than a PEM file of 1 MiB", name, fi.Size())
+	}
+	return os.ReadFile(name)
 }
