@@ -106,10 +106,16 @@ func (l *Local) Usage(now time.Time) []ScopeUsage {
 			add(LimitDailyCost, cost, q)
 		}
 	}
-	slices.SortFunc(out, func(a, b ScopeUsage) int {
+	SortUsage(out)
+	return out
+}
+
+// SortUsage orders usage as the dashboard lists it: keys, users, then
+// business lines; by name, then limit.
+func SortUsage(us []ScopeUsage) {
+	slices.SortFunc(us, func(a, b ScopeUsage) int {
 		return cmp.Or(cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Limit, b.Limit))
 	})
-	return out
 }
 
 func kindOrder(k string) int {

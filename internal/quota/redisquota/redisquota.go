@@ -30,12 +30,10 @@
 package redisquota
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -565,20 +563,8 @@ func (l *Limiter) Usage(now time.Time) []quota.ScopeUsage {
 			add(quota.LimitDailyCost, v[2], v[3], s.DailyCost, s.WarnAt)
 		}
 	}
-	slices.SortFunc(out, func(a, b quota.ScopeUsage) int {
-		return cmp.Or(cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Limit, b.Limit))
-	})
+	quota.SortUsage(out)
 	return out
-}
-
-func kindOrder(k string) int {
-	switch k {
-	case "key":
-		return 0
-	case "user":
-		return 1
-	}
-	return 2
 }
 
 func subjectOf(s quota.Scope) quota.Subject {
