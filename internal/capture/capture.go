@@ -4,9 +4,12 @@
 // or completion text by default; a capture is the one exception, kept
 // apart from the ledger with its own retention and access.
 //
-// Status: this package is the selection and redaction half only. It is not
-// yet read from the configuration file, not called by the gateway, and
-// has no table or API; see docs/security.md, "Not done".
+// Where it sits: the configuration's capture block is a Config; the
+// gateway keeps a bounded raw copy of each body (Clip, Raw) only while
+// capture is enabled, asks Reason when a request finishes, and hands
+// qualifying ones to a worker off the request path that calls Keep and
+// writes the result to the store's captures table (store.Captures), read
+// back by the admin-only /api/v1/captures.
 package capture
 
 import (
@@ -253,13 +256,16 @@ func (c Config) Reason(rec *record.Record) string {
 }
 
 // Capture is one kept request: its bodies redacted, then cut to MaxBytes.
+// A streamed response is the text the stream carried (deltas assembled),
+// not its events.
 type Capture struct {
-	RequestID string
-	At        time.Time
-	Reason    string
-	Request   []byte
-	Response  []byte
-	Truncated bool
+	RequestID         string
+	At                time.Time
+	Reason            string
+	Request           []byte
+	Response          []byte
+	RequestTruncated  bool
+	ResponseTruncated bool
 }
 
 // Take builds the capture of a finished request, or nil when it does not
@@ -270,14 +276,93 @@ func (c Config) Take(r *Redactor, rec *record.Record, request, response []byte) 
 	if reason == "" {
 		return nil
 	}
-	limit := c.MaxBytes
-	if limit == 0 {
-		limit = DefaultMaxBytes
-	}
-	req, t1 := cut(r.Body(request), limit)
-	resp, t2 := cut(r.Body(response), limit)
-	return &Capture{RequestID: rec.RequestID, At: rec.Arrival, Reason: reason, Request: req, Response: resp, Truncated: t1 || t2}
+	return c.Keep(r, rec.RequestID, rec.Arrival, reason, Part{Bytes: request}, Part{Bytes: response})
 }
+
+// Part is one body as the gateway kept it: its first bytes, and whether
+// more was left out before redaction (see Clip).
+type Part struct {
+	Bytes []byte
+	Over  bool
+}
+
+// Keep redacts and cuts two kept bodies into a Capture.
+func (c Config) Keep(r *Redactor, id string, at time.Time, reason string, request, response Part) *Capture {
+	limit := c.maxBytes()
+	req, t1 := cut(r.Body(request.Bytes), limit)
+	resp, t2 := cut(r.Body(response.Bytes), limit)
+	return &Capture{RequestID: id, At: at, Reason: reason, Request: req, Response: resp,
+		RequestTruncated: t1 || request.Over, ResponseTruncated: t2 || response.Over}
+}
+
+func (c Config) maxBytes() int {
+	if c.MaxBytes <= 0 {
+		return DefaultMaxBytes
+	}
+	return c.MaxBytes
+}
+
+// rawSlack is how much is dropped from the end of a body cut before
+// redaction: a match cut in half there would no longer match, so its
+// first half would be kept in clear. Matches of personal data are far
+// shorter than this.
+const rawSlack = 1 << 10
+
+// RawLimit is how much of a body the gateway keeps before redaction:
+// enough that redaction, which can shrink text, still leaves MaxBytes in
+// most cases, and a bound on what a capture holds in memory.
+func (c Config) RawLimit() int { return 4*c.maxBytes() + rawSlack }
+
+// Clip returns b whole when it fits in limit, or else a copy of its
+// first limit−1 KiB (on a rune boundary) marked Over: the copy lets the
+// rest of b be freed, and the dropped KiB is rawSlack.
+func Clip(b []byte, limit int) Part {
+	if len(b) <= limit {
+		return Part{Bytes: b}
+	}
+	n := max(limit-rawSlack, 0)
+	head, _ := cut(b, n)
+	return Part{Bytes: slices.Clone(head), Over: true}
+}
+
+// Raw accumulates text (a stream's deltas) up to a limit; past it the
+// rest is counted as left out, never kept.
+type Raw struct {
+	b     []byte
+	limit int
+	over  bool
+}
+
+// NewRaw returns an empty Raw keeping at most limit bytes.
+func NewRaw(limit int) *Raw { return &Raw{limit: limit} }
+
+// Full reports whether nothing more will be kept.
+func (w *Raw) Full() bool { return w.over }
+
+// Add keeps as much of p as fits.
+func (w *Raw) Add(p []byte) {
+	if w.over {
+		return
+	}
+	if room := w.limit - len(w.b); len(p) > room {
+		w.b = append(w.b, p[:room]...)
+		w.over = true
+		return
+	}
+	w.b = append(w.b, p...)
+}
+
+// Part is what was kept, as Clip would have cut it.
+func (w *Raw) Part() Part {
+	if !w.over {
+		return Part{Bytes: w.b}
+	}
+	head, _ := cut(w.b, max(len(w.b)-rawSlack, 0))
+	return Part{Bytes: head, Over: true}
+}
+
+// Reset empties w for the next attempt, keeping its memory.
+func (w *Raw) Reset() { w.b, w.over = w.b[:0], false }
 
 // cut shortens b to at most n bytes on a UTF-8 boundary.
 func cut(b []byte, n int) ([]byte, bool) {

@@ -117,13 +117,13 @@ func TestTake(t *testing.T) {
 		t.Errorf("captured while disabled: %+v", got)
 	}
 	if got := c.Take(r, failed, []byte(`{"p":"13800138000"}`), []byte("upstream said no")); got == nil || got.Reason != "failed" ||
-		string(got.Request) != `{"p":"[REDACTED:cn_mobile]"}` || got.Truncated {
+		string(got.Request) != `{"p":"[REDACTED:cn_mobile]"}` || got.RequestTruncated || got.ResponseTruncated {
 		t.Errorf("failed request: %+v", got)
 	}
 	// Redaction before the cut: the phone straddles byte 40.
 	long := strings.Repeat("好", 10) + " 13800138000 " + strings.Repeat("x", 50)
 	got := c.Take(r, slow, []byte(long), nil)
-	if got == nil || got.Reason != "slow" || !got.Truncated || len(got.Request) > 40 || !utf8.Valid(got.Request) {
+	if got == nil || got.Reason != "slow" || !got.RequestTruncated || got.ResponseTruncated || len(got.Request) > 40 || !utf8.Valid(got.Request) {
 		t.Fatalf("slow request: %+v", got)
 	}
 	if strings.ContainsAny(string(got.Request), "0123456789") {
@@ -152,4 +152,46 @@ func FuzzRedact(f *testing.F) {
 			t.Fatalf("valid JSON %q became invalid %q", s, b)
 		}
 	})
+}
+
+// TestClip: a body longer than the raw limit is copied short before
+// redaction, and the slack dropped at its end means a match cut in half
+// there leaves none of its digits behind; Raw cuts a stream the same way.
+func TestClip(t *testing.T) {
+	r := presets(t)
+	c := Config{Enabled: true, MaxBytes: 100, Retention: time.Hour}
+	limit := c.RawLimit()
+	// Long emails shrink twentyfold when redacted, so what was kept up to
+	// the limit fits in MaxBytes once redacted; a phone number's first
+	// half ends exactly at the limit.
+	email := strings.Repeat("a", 390) + "@example.com "
+	head := strings.Repeat(email, (limit-6)/len(email))
+	head += strings.Repeat(" ", limit-6-len(head))
+	body := []byte(head + "13800138000" + strings.Repeat("b", 500))
+	p := Clip(body, limit)
+	if !p.Over || len(p.Bytes) > limit-rawSlack || &p.Bytes[0] == &body[0] {
+		t.Fatalf("Clip: %d bytes, over %v, copied %v", len(p.Bytes), p.Over, &p.Bytes[0] != &body[0])
+	}
+	if whole := Clip([]byte("short"), limit); whole.Over || string(whole.Bytes) != "short" {
+		t.Errorf("Clip of a short body: %+v", whole)
+	}
+	w := NewRaw(limit)
+	for i := 0; i < len(body); i += 7 {
+		w.Add(body[i:min(i+7, len(body))])
+	}
+	if !w.Full() || !w.Part().Over || string(w.Part().Bytes) != string(p.Bytes) {
+		t.Errorf("Raw kept %d bytes (full %v), Clip %d", len(w.Part().Bytes), w.Full(), len(p.Bytes))
+	}
+	got := c.Keep(r, "id", time.Time{}, "slow", p, w.Part())
+	if !got.RequestTruncated || !got.ResponseTruncated || len(got.Request) > 100 {
+		t.Fatalf("Keep: %+v", got)
+	}
+	if strings.ContainsAny(string(got.Request)+string(got.Response), "0123456789") {
+		t.Errorf("digits of a phone number cut before redaction were kept")
+	}
+	w.Reset()
+	w.Add([]byte("x 13800138000"))
+	if got := c.Keep(r, "id", time.Time{}, "slow", Part{}, w.Part()); got.ResponseTruncated || string(got.Response) != "x [REDACTED:cn_mobile]" {
+		t.Errorf("after Reset: %+v", got)
+	}
 }
