@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
+	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/quota"
@@ -63,6 +64,10 @@ type Config struct {
 	// Notifiers deliver alerts by severity: webhook, Slack, DingTalk,
 	// Feishu/Lark, WeCom, or the log (see internal/notify).
 	Notifiers notify.Config `yaml:"notifiers"`
+	// Capture keeps the redacted prompt and response of slow or failed
+	// requests in a table of their own (see internal/capture); off by
+	// default, and a retention is required to turn it on.
+	Capture capture.Config `yaml:"capture"`
 }
 
 // TraceExport configures the OTLP/HTTP span export.
