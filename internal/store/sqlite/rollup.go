@@ -784,6 +784,7 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Minute, "DELETE FROM window_minute WHERE rowid IN (SELECT rowid FROM window_minute WHERE minute < ? LIMIT 5000)", sec},
 		{r.Hour, "DELETE FROM window_hour WHERE rowid IN (SELECT rowid FROM window_hour WHERE hour < ? LIMIT 5000)", sec},
 		{r.Day, "DELETE FROM window_day WHERE rowid IN (SELECT rowid FROM window_day WHERE day < ? LIMIT 5000)", sec},
+		{r.Captures, "DELETE FROM captures WHERE rowid IN (SELECT rowid FROM captures WHERE at < ? LIMIT 5000)", ns},
 	}
 	var total int64
 	// Most prompts are sent once: prompt_day would otherwise hold nearly a

@@ -150,6 +150,18 @@ var migrations = []string{
 		data     BLOB NOT NULL
 	) STRICT;
 	CREATE INDEX window_day_at ON window_day (day);`,
+	// 10: the opt-in captures of slow or failed requests' text, redacted
+	// (internal/capture, captures.go), apart from the ledger.
+	`CREATE TABLE captures (
+		request_id         TEXT PRIMARY KEY,
+		at                 INTEGER NOT NULL,
+		reason             TEXT NOT NULL,
+		request            BLOB NOT NULL,
+		response           BLOB NOT NULL,
+		request_truncated  INTEGER NOT NULL,
+		response_truncated INTEGER NOT NULL
+	) STRICT;
+	CREATE INDEX captures_at ON captures (at);`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

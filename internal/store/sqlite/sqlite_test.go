@@ -116,7 +116,8 @@ func TestMigration6Backfills(t *testing.T) {
 	}
 	before := report(s)
 	// Back to schema 5: the tables migrations 6 and later made are gone.
-	for _, tbl := range append(slices.Clone(v6Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"}) {
+	for _, tbl := range append(slices.Clone(v6Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"},
+		rollupTable{name: "captures"}) {
 		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
 			t.Fatal(err)
 		}
