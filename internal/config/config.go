@@ -68,6 +68,9 @@ type Config struct {
 	// requests in a table of their own (see internal/capture); off by
 	// default, and a retention is required to turn it on.
 	Capture capture.Config `yaml:"capture"`
+	// Replicas coordinate alerting across tollgate processes through
+	// Redis: one evaluates, each notification is sent once (replicas.go).
+	Replicas Replicas `yaml:"replicas"`
 }
 
 // TraceExport configures the OTLP/HTTP span export.

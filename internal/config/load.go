@@ -488,6 +488,7 @@ func (c *Config) Validate() error {
 	if err := c.Capture.Validate("capture"); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Replicas.validate(c.Store.Backend)...)
 	errs = append(errs, c.Admission.validate("admission", c.Auth.Keys)...)
 	for _, m := range sortedKeys(c.Tokenizers) {
 		if err := c.Tokenizers[m].Validate(); err != nil {

@@ -38,6 +38,7 @@ func (c Config) LogValue() slog.Value {
 		t.Headers = redactValues(t.Headers)
 	}
 	r.Quotas.Redis.URL = redactURL(c.Quotas.Redis.URL)
+	r.Replicas.Redis.URL = redactURL(c.Replicas.Redis.URL)
 	r.Store.ClickHouse.URL = redactURL(c.Store.ClickHouse.URL)
 	return slog.AnyValue(loggedConfig(r))
 }

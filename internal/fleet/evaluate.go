@@ -1,0 +1,60 @@
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Evaluator runs the alert engine of a fleet: on each tick, only while
+// this replica holds the lease, it reads the fleet's windows and
+// evaluates at now − Lag, when every replica has persisted the minutes
+// the windows read.
+type Evaluator struct {
+	Lease   *Lease
+	Windows *Windows
+	// Eval is the engine's evaluation (alert.Engine.Eval).
+	Eval func(ctx context.Context, now time.Time)
+	// Lag is how far behind the clock the fleet is evaluated: at least
+	// the aggregators' grace plus their flush period plus the time a
+	// write to the store takes.
+	Lag time.Duration
+	Log *slog.Logger
+}
+
+// Run evaluates every interval until ctx ends.
+func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			e.Step(ctx, now)
+		}
+	}
+}
+
+// Step is one tick of Run: it reports whether it evaluated.
+func (e *Evaluator) Step(ctx context.Context, now time.Time) bool {
+	if !e.Lease.Held() {
+		return false
+	}
+	if err := e.Windows.Refresh(ctx, now); err != nil {
+		// Evaluating without the fleet's windows would resolve every
+		// alert: skip this round, alerts stay as they are.
+		if e.Log != nil {
+			e.Log.Error("alerts not evaluated: could not read the fleet's windows", "err", err)
+		}
+		return false
+	}
+	if !e.Lease.Held() { // lost while reading: stop at once
+		return false
+	}
+	e.Eval(ctx, now.Add(-e.Lag))
+	return true
+}

@@ -1,0 +1,298 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/alert"
+	"github.com/tollgate-dev/tollgate/internal/quota/redisquota/redistest"
+	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Two replicas' leases on one Redis: one holds it, the other does not;
+// the holder renews it; released, the other takes it with a higher term
+// (the fencing number); a holder that cannot reach Redis lets go at the
+// first failed renewal, without waiting for the TTL.
+func TestLease(t *testing.T) {
+	srv := redistest.Start(t, true)
+	prefix := srv.Prefix(t)
+	ctx := t.Context()
+	ra, rb := srv.Client(t), srv.Client(t)
+	regA := prometheus.NewRegistry()
+	a := NewLease(ra, LeaseOptions{Prefix: prefix, TTL: 3 * time.Second, ID: "a", Registerer: regA})
+	b := NewLease(rb, LeaseOptions{Prefix: prefix, TTL: 3 * time.Second, ID: "b"})
+
+	if !a.Step(ctx) || !a.Held() || a.Token() != "1:a" {
+		t.Fatalf("a did not take a free lease: held %v token %q", a.Held(), a.Token())
+	}
+	if g := testutil.ToFloat64(a.gauge); g != 1 {
+		t.Errorf("tollgate_alert_leader of the holder = %v, want 1", g)
+	}
+	if b.Step(ctx) || b.Held() || b.Token() != "" {
+		t.Fatalf("b took a lease a holds (token %q)", b.Token())
+	}
+	if !a.Step(ctx) || a.Token() != "1:a" {
+		t.Fatalf("a's renewal failed: token %q", a.Token())
+	}
+	a.release()
+	if a.Held() || testutil.ToFloat64(a.gauge) != 0 {
+		t.Fatal("a still holds the lease it released")
+	}
+	if !b.Step(ctx) || b.Token() != "2:b" {
+		t.Fatalf("b after a's release: held %v token %q, want 2:b", b.Held(), b.Token())
+	}
+	// a's old token no longer renews anything: a comes back as a candidate.
+	if a.Step(ctx) {
+		t.Fatal("a took the lease b holds")
+	}
+
+	// Redis gone: the holder stops at its next step.
+	srv.Kill(t)
+	if b.Step(ctx) || b.Held() {
+		t.Fatal("b still holds the lease with Redis down")
+	}
+	// Back: the lease b held may still be in Redis (no persistence here,
+	// so it is not); either way one replica takes it.
+	srv.Restart(t)
+	redistest.WaitFor(t, "a leader after Redis restarts", 10*time.Second, func() bool { return a.Step(ctx) || b.Step(ctx) })
+	if a.Held() == b.Held() {
+		t.Errorf("a held %v, b held %v: want exactly one", a.Held(), b.Held())
+	}
+}
+
+// A held lease not renewed in time is no longer held locally, whatever
+// Redis says: a stuck renewal cannot make two leaders.
+func TestLeaseExpiresLocally(t *testing.T) {
+	srv := redistest.Start(t, false)
+	l := NewLease(srv.Client(t), LeaseOptions{Prefix: srv.Prefix(t), TTL: time.Second, ID: "a"})
+	if !l.Step(t.Context()) {
+		t.Fatal("could not take a free lease")
+	}
+	redistest.WaitFor(t, "the lease to lapse", 5*time.Second, func() bool { return !l.Held() })
+}
+
+// Run takes the lease and releases it when its context ends, so another
+// replica takes over at once.
+func TestLeaseRunReleases(t *testing.T) {
+	srv := redistest.Start(t, false)
+	prefix := srv.Prefix(t)
+	a := NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, TTL: time.Minute, ID: "a"})
+	b := NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, TTL: time.Minute, ID: "b"})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	redistest.WaitFor(t, "a to lead", 10*time.Second, a.Held)
+	cancel()
+	<-done
+	if !b.Step(t.Context()) {
+		t.Fatal("b could not take the lease a released (a lease of a minute)")
+	}
+	if l := Local(nil); !l.Held() {
+		t.Error("a single replica's lease is not held")
+	}
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (r *recorder) Notify(_ context.Context, a alert.Alert) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, fmt.Sprintf("%s %s %s", a.Fingerprint, a.State, a.Severity))
+}
+
+// Three replicas' notifiers: each transition is sent once, whichever
+// replicas hand it over and however often; with Redis down, sent anyway.
+func TestDedup(t *testing.T) {
+	srv := redistest.Start(t, true)
+	prefix := srv.Prefix(t)
+	rec := &recorder{}
+	reg := prometheus.NewRegistry()
+	var ds []*Dedup
+	for i := range 3 {
+		o := DedupOptions{Prefix: prefix, Repeat: time.Hour}
+		if i == 0 {
+			o.Registerer = reg
+		}
+		ds = append(ds, NewDedup(rec, srv.Client(t), o))
+	}
+	ctx := t.Context()
+	steps := []alert.Alert{
+		{Fingerprint: "f1", State: alert.Firing, Severity: alert.Warning},
+		{Fingerprint: "f1", State: alert.Firing, Severity: alert.Warning},  // a new leader re-finds it
+		{Fingerprint: "f2", State: alert.Firing, Severity: alert.Warning},  // another alert
+		{Fingerprint: "f1", State: alert.Firing, Severity: alert.Critical}, // escalates
+		{Fingerprint: "f1", State: alert.Resolved, Severity: alert.Critical},
+		{Fingerprint: "f1", State: alert.Resolved, Severity: alert.Critical},
+		{Fingerprint: "f1", State: alert.Firing, Severity: alert.Critical}, // fires again
+	}
+	for _, a := range steps {
+		for _, d := range ds {
+			d.Notify(ctx, a)
+		}
+	}
+	want := []string{"f1 firing warning", "f2 firing warning", "f1 firing critical", "f1 resolved critical", "f1 firing critical"}
+	if !slices.Equal(rec.sent, want) {
+		t.Errorf("sent:\n%s\nwant:\n%s", strings.Join(rec.sent, "\n"), strings.Join(want, "\n"))
+	}
+	var dropped float64
+	for _, d := range ds {
+		dropped += testutil.ToFloat64(d.dropped)
+	}
+	if dropped != float64(3*len(steps)-len(want)) {
+		t.Errorf("dropped %v in all, want %d", dropped, 3*len(steps)-len(want))
+	}
+	// The claim expires before the engine's repeat.
+	ttl := srv.Client(t).PTTL(ctx, prefix+":alert-sent:f1").Val()
+	if ttl <= 0 || ttl > 54*time.Minute {
+		t.Errorf("claim lasts %v, want at most 54m (repeat 1h less a tenth)", ttl)
+	}
+
+	srv.Kill(t)
+	rec.sent = nil
+	ds[0].Notify(ctx, alert.Alert{Fingerprint: "f3", State: alert.Firing, Severity: alert.Warning})
+	if len(rec.sent) != 1 || testutil.ToFloat64(ds[0].errs) != 1 {
+		t.Errorf("with Redis down: sent %v, errors %v; want it sent and counted", rec.sent, testutil.ToFloat64(ds[0].errs))
+	}
+}
+
+func finished(model string, end time.Time, status int, in, out int64) *record.Record {
+	r := &record.Record{RequestID: fmt.Sprint(end.UnixNano(), model, status, in), Model: model, BizLine: "b", Upstream: "u",
+		Arrival: end.Add(-time.Second), Status: status, Usage: record.Usage{InputTokens: in, OutputTokens: out, Source: record.SourceEngine}}
+	if status != 200 {
+		r.ErrorType = record.ErrUpstreamStatus
+	}
+	r.Marks.End = time.Second
+	r.Finish()
+	return r
+}
+
+// Two replicas' aggregators persist their minutes in one store; the fleet
+// windows merge both, read late rows again within Reread, and answer
+// closed hours from the store too.
+func TestWindows(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	a := window.New(window.Config{From: t0}, st, nil, nil)
+	b := window.New(window.Config{From: t0}, st, nil, nil)
+	for i := range 30 {
+		end := t0.Add(time.Duration(i) * 10 * time.Second) // 10:00:00 … 10:04:50
+		a.Add(finished("m1", end, 200, 100, 10))
+		if i%3 == 0 {
+			b.Add(finished("m1", end, 500, 0, 0))
+		} else {
+			b.Add(finished("m2", end, 200, 50, 5))
+		}
+	}
+	a.Flush(ctx, t0.Add(7*time.Minute))
+	w := NewWindows(st, WindowsOptions{})
+	now := t0.Add(7 * time.Minute)
+	if err := w.Refresh(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	got := w.Window(t0, t0.Add(5*time.Minute), nil, []string{"model"}, window.NoQuantity)
+	if len(got) != 1 || got["model=m1"].Stats.Requests != 30 {
+		t.Fatalf("before b flushed: %v", keys(got))
+	}
+	// b's minutes land later: the next refresh, within Reread, reads them.
+	b.Flush(ctx, t0.Add(7*time.Minute))
+	if err := w.Refresh(ctx, now.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got = w.Window(t0, t0.Add(5*time.Minute), nil, []string{"model"}, window.E2E)
+	m1, m2 := got["model=m1"], got["model=m2"]
+	if m1 == nil || m2 == nil || m1.Stats.Requests != 40 || m1.Stats.Errors != 10 || m1.Stats.Input != 3000 || m2.Stats.Requests != 20 || m2.Stats.Output != 100 {
+		t.Fatalf("fleet window: %+v / %+v", m1, m2)
+	}
+	if m1.Key.Model != "m1" || m1.Key.BizLine != "" {
+		t.Errorf("group key %+v: only the grouped label set", m1.Key)
+	}
+	if v, n := m1.Stats.Quantile(window.E2E, 0.5); n != 40 || v < 0.99 || v > 1.01 {
+		t.Errorf("E2E P50 over the fleet = %v over %d, want 1 s over 40", v, n)
+	}
+	if _, n := m1.Stats.Quantile(window.TTFT, 0.5); n != 0 {
+		t.Error("a sketch not asked for was merged")
+	}
+	all := w.Window(t0, t0.Add(5*time.Minute), window.Selector{"model": "m2"}, nil, window.NoQuantity)
+	if len(all) != 1 || all[""].Stats.Requests != 20 {
+		t.Errorf("selected m2: %+v", all[""])
+	}
+	// The minutes of 10:01–10:02 only.
+	if g := w.Window(t0.Add(time.Minute), t0.Add(2*time.Minute), nil, nil, window.NoQuantity)[""]; g == nil || g.Stats.Requests != 12 {
+		t.Errorf("one minute: %+v, want 12 requests (6 per replica)", g)
+	}
+	// The closed hour, from the store: both replicas' minutes.
+	h, err := w.Hour(ctx, t0, nil, nil, window.NoQuantity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h[""] == nil || h[""].Stats.Requests != 60 {
+		t.Errorf("hour: %+v, want 60 requests", h[""])
+	}
+	// Far later: minutes older than Keep are forgotten.
+	if err := w.Refresh(ctx, t0.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Window(t0, t0.Add(5*time.Minute), nil, nil, window.NoQuantity)) != 0 {
+		t.Error("minutes older than Keep still held")
+	}
+}
+
+func keys(m map[string]*window.Group) []string {
+	var ks []string
+	for k, g := range m {
+		ks = append(ks, fmt.Sprintf("%s:%d", k, g.Stats.Requests))
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// The evaluator evaluates only while the lease is held, at now − Lag.
+func TestEvaluatorStep(t *testing.T) {
+	srv := redistest.Start(t, false)
+	prefix := srv.Prefix(t)
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var evals []time.Time
+	mk := func(id string) *Evaluator {
+		return &Evaluator{Lease: NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, ID: id}), Windows: NewWindows(st, WindowsOptions{}),
+			Eval: func(_ context.Context, now time.Time) { evals = append(evals, now) }, Lag: 40 * time.Second}
+	}
+	a, b := mk("a"), mk("b")
+	now := time.Now()
+	if a.Step(t.Context(), now) {
+		t.Fatal("evaluated without the lease")
+	}
+	a.Lease.Step(t.Context())
+	b.Lease.Step(t.Context())
+	if !a.Step(t.Context(), now) || b.Step(t.Context(), now) {
+		t.Fatal("want a (the leader) to evaluate and b not")
+	}
+	if len(evals) != 1 || !evals[0].Equal(now.Add(-40*time.Second)) {
+		t.Errorf("evaluations at %v, want one at now − 40s", evals)
+	}
+}

@@ -1,0 +1,210 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/window"
+)
+
+// Source is where every replica's closed window minutes and hours are:
+// the shared store.
+type Source interface {
+	WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error)
+	WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error)
+}
+
+// Windows are the alerting windows of the whole fleet, for the leader's
+// engine (an alert.Windows): the window_minute rows every replica
+// persisted to the shared store, merged per series, instead of one
+// replica's memory. A replica persists a minute once it has been closed
+// for its aggregator's grace, so the newest minutes are incomplete until
+// every replica has written them: the leader evaluates at now − Lag (see
+// serve), when they are all in.
+//
+// Refresh reads the store; Window and Hour answer from what it read.
+// Minutes are kept for Keep; each Refresh reads the last Reread of them
+// again, so a replica's minute written late (its store was down) still
+// counts if it comes within Reread.
+type Windows struct {
+	src    Source
+	keep   time.Duration
+	reread time.Duration
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	minutes map[int64][]row // UTC minute (Unix s) → every replica's rows
+	read    time.Time       // the last Refresh's now; zero: never
+
+	hourMu sync.Mutex
+	hours  map[int64]map[window.Key]*window.Stats
+}
+
+type row struct {
+	k    window.Key
+	data []byte
+}
+
+// WindowsOptions tune Windows.
+type WindowsOptions struct {
+	// Keep is how much history is held (default 2 h, the aggregator's and
+	// the engine's memory).
+	Keep time.Duration
+	// Reread is how far back each Refresh reads again (default 10 m).
+	Reread time.Duration
+	Log    *slog.Logger
+}
+
+// NewWindows returns fleet windows reading src; nothing is read before
+// the first Refresh.
+func NewWindows(src Source, o WindowsOptions) *Windows {
+	if o.Keep <= 0 {
+		o.Keep = 2 * time.Hour
+	}
+	if o.Reread <= 0 {
+		o.Reread = 10 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Windows{src: src, keep: o.Keep, reread: o.Reread, log: o.Log, minutes: map[int64][]row{}, hours: map[int64]map[window.Key]*window.Stats{}}
+}
+
+// Refresh reads the minutes stored since the last Refresh (less Reread),
+// or the whole of Keep when the last one is older than Reread (the first
+// one, or a replica that just became the leader).
+func (w *Windows) Refresh(ctx context.Context, now time.Time) error {
+	w.mu.Lock()
+	last := w.read
+	w.mu.Unlock()
+	from := now.Add(-w.keep)
+	full := last.IsZero() || now.Sub(last) > w.reread || now.Before(last)
+	if !full {
+		from = last.Add(-w.reread)
+	}
+	from = window.Minute(from)
+	rows, err := w.src.WindowMinutes(ctx, from, now.Add(time.Minute))
+	if err != nil {
+		return fmt.Errorf("fleet windows: %w", err)
+	}
+	fresh := map[int64][]row{}
+	for _, r := range rows {
+		m := r.Minute.Unix()
+		fresh[m] = append(fresh[m], row{k: window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, data: r.Data})
+	}
+	old := now.Add(-w.keep).Unix()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if full {
+		w.minutes = fresh
+	} else {
+		for m := range w.minutes {
+			if m >= from.Unix() {
+				delete(w.minutes, m) // read again whole
+			}
+		}
+		for m, rs := range fresh {
+			w.minutes[m] = rs
+		}
+	}
+	for m := range w.minutes {
+		if m < old {
+			delete(w.minutes, m)
+		}
+	}
+	w.read = now
+	return nil
+}
+
+// Window merges the fleet's minutes of [from, to) (rounded to minutes),
+// grouped by the labels in by, as window.Aggregator.Window does for one
+// replica's.
+func (w *Windows) Window(from, to time.Time, sel window.Selector, by []string, q window.Quantity) map[string]*window.Group {
+	f, t := window.Minute(from).Unix(), window.Minute(to).Unix()
+	var qs []window.Quantity // every sketch
+	if q != window.AllQuantity {
+		qs = []window.Quantity{q} // NoQuantity matches none: counts only
+	}
+	out := map[string]*window.Group{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for m, rs := range w.minutes {
+		if m < f || m >= t {
+			continue
+		}
+		for _, r := range rs {
+			if !match(sel, r.k) {
+				continue
+			}
+			g := group(out, r.k, by)
+			if err := g.Stats.MergeBinary(r.data, qs...); err != nil {
+				w.log.Warn("skipping an unreadable window minute", "minute", time.Unix(m, 0).UTC(), "err", err)
+			}
+		}
+	}
+	return out
+}
+
+// Hour merges one closed UTC hour from the store (every replica's rows);
+// closed hours do not change, so each is read once and kept (up to 400).
+func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {
+	h = h.UTC().Truncate(time.Hour)
+	w.hourMu.Lock()
+	series, ok := w.hours[h.Unix()]
+	w.hourMu.Unlock()
+	if !ok {
+		var err error
+		if series, err = window.ReadHour(ctx, w.src, h); err != nil {
+			return nil, err
+		}
+		w.hourMu.Lock()
+		if len(w.hours) >= 400 {
+			clear(w.hours)
+		}
+		w.hours[h.Unix()] = series
+		w.hourMu.Unlock()
+	}
+	out := map[string]*window.Group{}
+	for k, s := range series {
+		if match(sel, k) {
+			group(out, k, by).Stats.Merge(s)
+		}
+	}
+	return out, nil
+}
+
+func match(sel window.Selector, k window.Key) bool {
+	for l, v := range sel {
+		if k.Label(l) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// group is the group of k in out, made with the labels of by set.
+func group(out map[string]*window.Group, k window.Key, by []string) *window.Group {
+	gk := window.GroupKey(k, by)
+	g := out[gk]
+	if g == nil {
+		g = &window.Group{}
+		for _, l := range by {
+			switch l {
+			case "model":
+				g.Key.Model = k.Model
+			case "biz_line":
+				g.Key.BizLine = k.BizLine
+			case "upstream":
+				g.Key.Upstream = k.Upstream
+			case "template":
+				g.Key.Template = k.Template
+			}
+		}
+		out[gk] = g
+	}
+	return g
+}
