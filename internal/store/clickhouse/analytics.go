@@ -45,6 +45,7 @@ func sideTables(db string) []string {
 			day_date Date, day Int64, day_end Int64, model String, biz_line String, upstream String, template String,
 			data String, ver UInt64, writer String
 		) ENGINE = MergeTree PARTITION BY toYYYYMM(day_date) ORDER BY (day)`,
+		capturesTable(db),
 	}
 }
 
@@ -359,6 +360,7 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Minute, "window_minute", "minute < %s", sec, ""},
 		{r.Hour, "window_hour", "hour < %s", sec, ""},
 		{r.Day, "window_day", "day < %s", sec, ""},
+		{r.Captures, "captures", "at_ns < %s", ns, ""},
 	}
 	var total int64
 	for _, j := range jobs {
