@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,8 +161,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer sim.kill()
 	db := o.Dir + "/soak.db"
-	gw, err := startProc(ctx, "serve", o.Exe, []string{"serve", "--listen", gwAddr, "--upstream", "http://" + simAddr + "/v1", "--db", db},
-		gwAddr, "/healthz", o.Dir+"/serve.log")
+	cfg := o.Dir + "/soak.yml"
+	if err := os.WriteFile(cfg, []byte(serveConfig(gwAddr, "http://"+simAddr+"/v1", db)), 0o644); err != nil {
+		return nil, err
+	}
+	gw, err := startProc(ctx, "serve", o.Exe, []string{"serve", "--config", cfg}, gwAddr, "/healthz", o.Dir+"/serve.log")
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +295,24 @@ sampling:
 	rep.LoadAvg = loadavg()
 	judge(rep, o, loadEnd)
 	return rep, nil
+}
+
+// serveConfig is the gateway's configuration: the defaults (durable
+// ledger, engine metrics scraped from the simulator) with one upstream, a
+// price so every request is rated, and no OTLP listeners, which would take
+// the well-known ports 4317 and 4318 from whatever else runs on the machine.
+func serveConfig(listen, upstream, db string) string {
+	return fmt.Sprintf(`# written by tollgate bench soak
+listen: %q
+log: {level: warn}
+store:
+  sqlite: {path: %q}
+upstreams:
+  - {name: sim, url: %q, engine: vllm}
+prices:
+  - {model: Qwen/Qwen3-8B, currency: USD, input: 0.15, cached_input: 0.075, output: 0.60}
+otlp: {http_listen: "", grpc_listen: ""}
+`, listen, db, upstream)
 }
 
 // judge fills in the figures the samples give and the failures.
