@@ -3,19 +3,18 @@ package clickhouse
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
-	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // Amending a stored request (a late engine timing, a new price) writes the
 // whole row again as a new version instead of updating it in place: a
 // mutation rewrites whole parts, far too heavy per request. The new row's
 // ver is one above the row it amends, so ReplacingMergeTree keeps it and
-// every read (FINAL) sees it at once, reports included; the old version
-// goes at the next merge. Insert still finds the id stored, so a replay of
+// every read (FINAL) sees it at once; the old version goes at the next
+// merge. The rows' pieces are marked, so reports follow at the next
+// roll-up pass (which every Report runs first). Insert still finds the id stored, so a replay of
 // the original never undoes an amendment.
 
 // readVersions returns the first limit current rows matching cond in
@@ -50,13 +49,23 @@ func (s *Store) writeVersions(ctx context.Context, recs []*record.Record, vers [
 	if len(recs) == 0 {
 		return nil
 	}
+	// Marked before the rows, so that a failure after them leaves a
+	// mark (a retry of Rerate finds those rows unchanged and writes
+	// none), and after, so that a pass that ran in between is followed
+	// by another.
+	if err := s.mark(ctx, recs); err != nil {
+		return err
+	}
 	e := &enc{}
 	for i, r := range recs {
 		r.Finish()
 		encodeRow(e, r, vers[i]+1)
 	}
 	q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
-	return s.c.insert(ctx, q, e.b)
+	if err := s.c.insert(ctx, q, e.b); err != nil {
+		return err
+	}
+	return s.mark(ctx, recs)
 }
 
 // SetEngineTiming amends a stored request with what its engine reported
@@ -127,55 +136,4 @@ func (s *Store) Rerate(ctx context.Context, from, to time.Time, rate func(*recor
 			return changed, nil
 		}
 	}
-}
-
-// Prompts returns the prompts (by hash, model and template) sent at least
-// minCount times on the report zone's days from from's to to's (exclusive,
-// as the SQLite store's day rollups count them), most requests first.
-func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]store.PromptRow, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	where := []string{"prompt_sha256 != ''"}
-	if !from.IsZero() {
-		start := localMidnight(from, s.loc)
-		where = append(where, "day >= "+quoteDay(day(start))+" AND arrival_ns >= "+quoteInt(start.UnixNano()))
-	}
-	if !to.IsZero() {
-		end := localMidnight(to, s.loc)
-		where = append(where, "day <= "+quoteDay(day(end))+" AND arrival_ns < "+quoteInt(end.UnixNano())+" AND arrival_ns != "+quoteInt(noArrival))
-	}
-	sel := []string{"prompt_sha256", "toString(model)", "toString(template_id)", "toString(currency)"}
-	for _, m := range store.Measures {
-		sel = append(sel, "toInt64("+measureSQL[m.Name]+")")
-	}
-	q := fmt.Sprintf(`SELECT %s FROM %s.requests FINAL WHERE %s
-		GROUP BY prompt_sha256, model, template_id, currency HAVING count() >= %s
-		ORDER BY count() DESC, prompt_sha256, model, template_id, currency LIMIT %s FORMAT RowBinary`,
-		strings.Join(sel, ", "), quoteIdent(s.db), strings.Join(where, " AND "), quoteInt(minCount), quoteInt(int64(limit)))
-	var out []store.PromptRow
-	err := s.c.query(ctx, q, func(d *dec) error {
-		for d.more() {
-			p := store.PromptRow{PromptSHA256: d.str(), Model: d.str(), TemplateID: d.str()}
-			_ = d.str() // currency: a prompt's rows are per currency, as in SQLite
-			for _, m := range store.Measures {
-				*m.Field(&p.Totals) = d.i64()
-			}
-			if d.err == nil {
-				out = append(out, p)
-			}
-		}
-		return d.err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("prompts: %w", err)
-	}
-	return out, nil
-}
-
-// localMidnight is the start of t's day in loc (01:00 where that
-// midnight does not exist, as time.Date normalises it).
-func localMidnight(t time.Time, loc *time.Location) time.Time {
-	y, m, d := t.In(loc).Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, loc)
 }

@@ -11,8 +11,7 @@ import (
 
 // store.Analytics on ClickHouse: events, engine samples, the alerting
 // windows' minutes, hours and days, and Prune of everything this store
-// keeps. Report and Prompts are in report.go and amend.go, over the
-// requests table until the rollups exist.
+// keeps. Report is in report.go, the rollups and Prompts in rollup.go.
 
 var _ store.Analytics = (*Store)(nil)
 
@@ -337,6 +336,14 @@ func (s *Store) WindowDays(ctx context.Context, from, to time.Time) ([]store.Win
 // Prune deletes what the retention says is too old and returns how many
 // rows went (sampled timelines cleared count as rows).
 //
+// It rolls up first, so that the rollups hold every ledger row it is
+// about to delete, and records the ledger's cut before deleting, so that
+// no pass recomputes a piece from what is left of it: reports outlive the
+// ledger. Rollups go by Retention.Day, a whole month at a time with its
+// days, as in SQLite (see pruneRollups); Retention.Hour applies to the
+// alerting windows' hours only, since hours, days and months here are
+// the same rows (pieces).
+//
 // ClickHouse deletes and updates rows by mutations, which run in the
 // background; Prune waits for each to finish, so what it reports gone is
 // gone when it returns. Mutations rewrite whole parts: Prune is meant to
@@ -344,6 +351,14 @@ func (s *Store) WindowDays(ctx context.Context, from, to time.Time) ([]store.Win
 // partitions instead, or TTL on servers that have it (19.6+), is the next
 // step for large tables.
 func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (int64, error) {
+	if err := s.rollUp(ctx); err != nil {
+		return 0, fmt.Errorf("prune: roll up first: %w", err)
+	}
+	if r.Ledger > 0 {
+		if err := s.setState(ctx, "ledger_horizon", now.Add(-r.Ledger).UnixNano(), ""); err != nil {
+			return 0, fmt.Errorf("prune: %w", err)
+		}
+	}
 	type job struct {
 		keep         time.Duration
 		table, where string
@@ -373,6 +388,14 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		if err != nil {
 			return total, fmt.Errorf("prune %s: %w", j.table, err)
 		}
+	}
+	n, err := s.pruneRollups(ctx, now, r)
+	total += n
+	if err != nil {
+		return total, err
+	}
+	if err := s.pruneMarks(ctx); err != nil {
+		return total, err
 	}
 	return total, nil
 }

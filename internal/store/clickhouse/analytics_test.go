@@ -140,8 +140,7 @@ func TestReportPeriodsInZones(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := openTest(t)
-			s.loc = loc
+			s := openTestIn(t, loc)
 			storetest.ReportPeriods(t, s, loc)
 		})
 	}

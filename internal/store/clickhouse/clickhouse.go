@@ -8,13 +8,14 @@
 // RowBinary: the one client path that works from Debian's 18.16 to current
 // servers (see docs/operations.md, "ClickHouse", for what was measured).
 //
-// Status: store.Store is complete, and so is store.Analytics except that
-// Report and Prompts aggregate the requests table itself (exact, but they
-// read the ledger's rows; rollups are the next step, and until they exist
-// pruning the ledger also drops what reports count). Amendments (late
-// engine timings, re-rating) are new versions of a row, not mutations
-// (amend.go). The spill queue while ClickHouse is down is the gateway's
-// write-ahead queue (internal/wal), which ships into any store.Store.
+// Reports read rollups (rollup.go): sums per piece (a UTC hour, cut at the
+// rollup zone's midnights), per minute and per prompt, each piece
+// recomputed from the deduplicated ledger whenever a write marked it, so
+// that replays never count twice and reports outlive the ledger's
+// retention. Amendments (late engine timings, re-rating) are new versions
+// of a row, not mutations (amend.go). The spill queue while ClickHouse is
+// down is the gateway's write-ahead queue (internal/wal), which ships into
+// any store.Store.
 package clickhouse
 
 import (
@@ -24,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -39,7 +41,8 @@ import (
 const (
 	// defaultLimit is Filter.Limit's zero value, as in every store.
 	defaultLimit = 100
-	// checkChunk bounds the ids in one "already stored?" query: a query's
+	// checkChunk bounds the ids in one "already stored?" query that lists
+	// them in its text (the ledger's sends them as data instead): a query's
 	// text is limited (max_query_size, 256 KiB by default).
 	checkChunk = 1000
 	// DefaultDatabase is used when Config.Database is empty.
@@ -62,9 +65,10 @@ type Config struct {
 	// Client is the HTTP client; nil uses one of the store's own.
 	Client *http.Client
 	// Location is the report time zone: days and months of reports follow
-	// its calendar unless a query names another (default UTC). Unlike
-	// SQLite's day rollups, nothing is bucketed at write time, so changing
-	// it applies to past rows too.
+	// its calendar unless a query names another (default UTC). The
+	// rollups keep the zone they were created in (see rollup.go); after a
+	// change, days and months in the new zone are read from UTC hours, as
+	// for a query in another zone.
 	Location *time.Location
 }
 
@@ -86,6 +90,13 @@ type Store struct {
 	// now is the clock behind the write version.
 	now func() time.Time
 	loc *time.Location // the report time zone
+	// zone is the rollup zone: the local days pieces are cut at (see
+	// rollup.go), fixed when the rollups were created.
+	zone *time.Location
+	// rollMu serialises this process's roll-up passes; lastVer is the
+	// version of its last recompute.
+	rollMu  sync.Mutex
+	lastVer uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -146,12 +157,12 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.c.exec(ctx, "", createRequests(s.db, s.features)); err != nil {
 		return fmt.Errorf("create table requests: %w", err)
 	}
-	for _, ddl := range sideTables(s.db) {
+	for _, ddl := range append(sideTables(s.db), rollupDDL(s.db)...) {
 		if err := s.c.exec(ctx, "", ddl); err != nil {
 			return fmt.Errorf("create table: %w", err)
 		}
 	}
-	return nil
+	return s.openRollups(ctx)
 }
 
 // Version is the server's version, read at Open.
@@ -218,46 +229,57 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		encodeRow(e, &f, ver)
 		n++
 	}
-	if n == 0 {
-		return nil
+	if n > 0 {
+		q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
+		if err := s.c.insert(ctx, q, e.b); err != nil {
+			return err
+		}
 	}
-	q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
-	return s.c.insert(ctx, q, e.b)
+	// After the rows, and for the stored ones too: a retry after a
+	// failed mark finds its rows stored and must still mark them.
+	return s.mark(ctx, recs)
 }
 
 // storedIDs returns which RequestIDs of recs are in the table already.
+//
+// The ids travel as an external table (RowBinary in a multipart body), not
+// as a literal IN list: ClickHouse parsed 1000 quoted literals into a
+// syntax tree on every batch, which cost it about three times as much as
+// reading the ids as data (BenchmarkIngest), and a list had to be split to
+// fit max_query_size.
 func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[string]bool, error) {
 	days := map[uint16]bool{}
-	var ids []string
-	seen := map[string]bool{}
+	ids := &enc{b: make([]byte, 0, len(recs)*40)}
+	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		if r == nil || seen[r.RequestID] {
 			continue
 		}
 		seen[r.RequestID] = true
-		ids = append(ids, r.RequestID)
+		ids.str(r.RequestID)
 		days[day(r.Arrival)] = true
 	}
 	dayList := make([]string, 0, len(days))
 	for _, d := range slices.Sorted(mapKeys(days)) {
 		dayList = append(dayList, quoteDay(d))
 	}
-	stored := make(map[string]bool, len(ids))
-	for chunk := range slices.Chunk(ids, checkChunk) {
-		q := fmt.Sprintf("SELECT DISTINCT request_id FROM %s.requests WHERE day IN (%s) AND request_id IN %s FORMAT RowBinary",
-			quoteIdent(s.db), strings.Join(dayList, ", "), quoteStrings(chunk))
-		err := s.c.query(ctx, q, func(d *dec) error {
-			for d.more() {
-				id := d.str()
-				if d.err == nil {
-					stored[id] = true
-				}
+	stored := make(map[string]bool, len(seen))
+	if len(seen) == 0 {
+		return stored, nil
+	}
+	q := fmt.Sprintf("SELECT DISTINCT request_id FROM %s.requests WHERE day IN (%s) AND request_id IN (SELECT id FROM ids) FORMAT RowBinary",
+		quoteIdent(s.db), strings.Join(dayList, ", "))
+	err := s.c.queryWith(ctx, q, external{name: "ids", structure: "id String", rows: ids.b}, func(d *dec) error {
+		for d.more() {
+			id := d.str()
+			if d.err == nil {
+				stored[id] = true
 			}
-			return d.err
-		})
-		if err != nil {
-			return nil, err
 		}
+		return d.err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return stored, nil
 }
@@ -387,6 +409,11 @@ const maxErrorBody = 4 << 10
 // body to read. wait_end_of_query makes the server buffer the result, so
 // an error during the query is an HTTP error, never a 200 cut short.
 func (c *client) do(ctx context.Context, params url.Values, body io.Reader, read func(io.Reader) error) error {
+	return c.post(ctx, params, body, "", read)
+}
+
+// post is do with a Content-Type ("" for none).
+func (c *client) post(ctx context.Context, params url.Values, body io.Reader, contentType string, read func(io.Reader) error) error {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -402,6 +429,9 @@ func (c *client) do(ctx context.Context, params url.Values, body io.Reader, read
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
 	if err != nil {
 		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.base.User != nil {
 		pw, _ := c.base.User.Password()
@@ -443,6 +473,36 @@ func (c *client) text(ctx context.Context, db, q string) (string, error) {
 // query runs q (which ends in FORMAT RowBinary) and hands the rows to read.
 func (c *client) query(ctx context.Context, q string, read func(*dec) error) error {
 	return c.do(ctx, url.Values{"wait_end_of_query": {"1"}}, strings.NewReader(q), func(r io.Reader) error {
+		return read(newDec(r))
+	})
+}
+
+// external is a table sent with a query (ClickHouse's "external data"):
+// rows in RowBinary, of the given structure ("id String").
+type external struct {
+	name, structure string
+	rows            []byte
+}
+
+// queryWith runs q (which ends in FORMAT RowBinary) with the external
+// table t and hands the rows to read. The query goes in the URL, the
+// table in a multipart body.
+func (c *client) queryWith(ctx context.Context, q string, t external, read func(*dec) error) error {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	part, err := mw.CreateFormFile(t.name, t.name)
+	if err != nil {
+		return err
+	}
+	if _, err := part.Write(t.rows); err != nil {
+		return err
+	}
+	if err := mw.Close(); err != nil {
+		return err
+	}
+	params := url.Values{"query": {q}, "wait_end_of_query": {"1"},
+		t.name + "_structure": {t.structure}, t.name + "_format": {"RowBinary"}}
+	return c.post(ctx, params, &body, mw.FormDataContentType(), func(r io.Reader) error {
 		return read(newDec(r))
 	})
 }

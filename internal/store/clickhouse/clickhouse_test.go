@@ -412,17 +412,7 @@ func TestSchemaColumns(t *testing.T) {
 	}
 }
 
-// analyticsDone are the tests of storetest.RunAnalytics this store passes.
-// Prune and PruneRollupsByMonth are not among them: they check that
-// reports outlive the ledger through rollups (pruned rows still counted),
-// and Report here still reads the ledger itself.
-var analyticsDone = []string{
-	"ReportEqualsLedgerSums", "ReportIdempotent", "ReportRanges", "ReportAcrossMonths", "ReportMeasures",
-	"ReportCurrenciesApart", "Rerate", "Prompts", "Events", "BadDimension", "SetEngineTiming",
-	"EngineSamples", "WindowMinutes", "WindowHours", "WindowDays", "ReportByMinute",
-}
-
 func TestAnalyticsConformance(t *testing.T) {
 	needServer(t)
-	storetest.RunAnalyticsOnly(t, func(t *testing.T) storetest.AnalyticsStore { return openTest(t) }, analyticsDone...)
+	storetest.RunAnalytics(t, func(t *testing.T) storetest.AnalyticsStore { return openTest(t) })
 }

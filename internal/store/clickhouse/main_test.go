@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -66,9 +67,15 @@ func needServer(t testing.TB) {
 // when t ends.
 func openTest(t testing.TB) *Store {
 	t.Helper()
+	return openTestIn(t, nil)
+}
+
+// openTestIn is openTest with loc as the report time zone (nil: UTC).
+func openTestIn(t testing.TB, loc *time.Location) *Store {
+	t.Helper()
 	needServer(t)
 	db := fmt.Sprintf("tollgate_test_%d_%d", os.Getpid(), dbSeq.Add(1))
-	s, err := Open(t.Context(), Config{HTTP: serverURL, Database: db}, testLogger(t))
+	s, err := Open(t.Context(), Config{HTTP: serverURL, Database: db, Location: loc}, testLogger(t))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

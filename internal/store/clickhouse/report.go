@@ -11,13 +11,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// Report, as a first correct step, aggregates the requests table itself
-// (with FINAL, so replays never count twice) rather than rollups: exact,
-// and the same answers as the SQLite store's rollups, but it reads the
-// ledger's rows of the period. Rollups (SummingMergeTree tables fed per
-// batch, or materialised views) are the next step for months of traffic;
-// the store.Analytics contract says "Report sums rollups", which this does
-// not yet honour for speed, only for results.
+// Report reads the rollups (rollup.go) after a roll-up pass, so that it
+// includes every write made before it began; it never scans the ledger.
+// The periods, roundings and keys are the SQLite store's, so that a query
+// answers the same on both.
 
 // dimColumn is the column of each non-time dimension.
 var dimColumn = map[store.Dim]string{
@@ -87,11 +84,12 @@ func selectMeasures(names []string) ([]store.Measure, error) {
 	return out, nil
 }
 
-// Report sums the requests of [q.From, q.To) by q.GroupBy and currency.
-// Days and months are those of q.Zone (UTC by default), exact in every
-// zone: each row's local time is its UTC time plus the zone's offset at
-// that instant, the offsets and their changes computed by Go's time
-// package over the period and passed in the query.
+// Report sums the rollups of [q.From, q.To) by q.GroupBy and currency.
+// Bounds round down to the UTC hour (the minute for reports by minute)
+// unless they are midnights of the rollup zone, exactly where the SQLite
+// store's plan rounds them. Days and months are those of q.Zone (the
+// store's zone by default): exact from the pieces' own local days in the
+// rollup zone, and from UTC hours in any other zone, as in SQLite.
 func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.ReportRow, error) {
 	rows, err := s.report(ctx, q)
 	if err != nil {
@@ -128,47 +126,59 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 	if err != nil {
 		return nil, err
 	}
+	if err := s.rollUp(ctx); err != nil {
+		return nil, err
+	}
 	loc := s.loc
 	if q.Zone != nil {
 		loc = q.Zone
 	}
-	from, to := roundBound(q.From, loc, byMinute), roundBound(q.To, loc, byMinute)
-	if !from.IsZero() {
-		where = append(where, "day >= "+quoteDay(day(from))+" AND arrival_ns >= "+quoteInt(from.UnixNano()))
-	}
-	if !to.IsZero() {
-		where = append(where, "day <= "+quoteDay(day(to))+" AND arrival_ns < "+quoteInt(to.UnixNano())+" AND arrival_ns != "+quoteInt(noArrival))
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	t := quoteIdent(s.db) + ".requests FINAL"
-
-	local := ""
-	if slices.Contains(q.GroupBy, store.DimDay) || slices.Contains(q.GroupBy, store.DimMonth) {
-		lo, hi, ok, err := s.arrivalSpan(ctx, t, cond)
-		if err != nil || !ok {
-			return nil, err // no rows: nothing to report
+	table, pieceCol := rollupHour, "bucket"
+	from, to, days := s.bounds(q, loc)
+	var pieces []string // bounds the pieces read, for the latest versions
+	if byMinute {
+		table, pieceCol = rollupMinute, "piece"
+		if from != nil {
+			pieces = append(pieces, "piece >= "+quoteInt(*from-3600))
 		}
-		local = localSeconds(lo, hi, loc)
+		if to != nil {
+			pieces = append(pieces, "piece < "+quoteInt(*to))
+		}
 	}
+	var bnd []string
+	if from != nil {
+		bnd = append(bnd, "bucket >= "+quoteInt(*from))
+	}
+	if to != nil {
+		bnd = append(bnd, "bucket < "+quoteInt(*to))
+	}
+	where = append(where, bnd...)
+	if !byMinute {
+		pieces = bnd // a piece is its own bucket
+	}
+	pieces = append(pieces, "1")
+	where = append(where, s.latest(table, pieceCol, strings.Join(pieces, " AND ")))
+
+	const hour = "(bucket - ((bucket % 3600) + 3600) % 3600)"
 	var sel []string
 	for _, d := range q.GroupBy {
-		switch d {
-		case store.DimMinute:
-			sel = append(sel, "intDiv(arrival_ns, 60000000000)")
-		case store.DimHour:
-			sel = append(sel, "intDiv(arrival_ns, 3600000000000)")
-		case store.DimDay:
-			sel = append(sel, "intDiv("+local+", 86400)")
-		case store.DimMonth:
-			sel = append(sel, "toInt64(toYYYYMM(toDateTime(toUInt32(greatest("+local+", 0)), 'UTC')))")
+		switch {
+		case d == store.DimMinute || d == store.DimHour:
+			sel = append(sel, "toString(bucket)")
+			if d == store.DimHour {
+				sel[len(sel)-1] = "toString(" + hour + ")"
+			}
+		case d == store.DimDay && days:
+			sel = append(sel, "local_day")
+		case d == store.DimMonth && days:
+			sel = append(sel, "substring(local_day, 1, 7)")
+		case d == store.DimDay || d == store.DimMonth:
+			sel = append(sel, "toString("+hour+")") // keyed in loc below
 		default:
-			sel = append(sel, "toString("+dimColumn[d]+")")
+			sel = append(sel, dimColumn[d])
 		}
 	}
-	sel = append(sel, "toString(currency)")
+	sel = append(sel, "currency")
 	// The keys are aliased and grouped by alias: 18.16 does not take
 	// GROUP BY positions.
 	group := make([]string, len(sel))
@@ -177,23 +187,32 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 		sel[i] = e + " AS " + group[i]
 	}
 	for _, m := range ms {
-		sel = append(sel, "toInt64("+measureSQL[m.Name]+")")
+		sel = append(sel, "toInt64(sum("+m.Name+"))")
 	}
-	query := "SELECT " + strings.Join(sel, ", ") + " FROM " + t + cond + " GROUP BY " + strings.Join(group, ", ") + " FORMAT RowBinary"
+	query := "SELECT " + strings.Join(sel, ", ") + " FROM " + s.table(table) + " FINAL WHERE " + strings.Join(where, " AND ") +
+		" GROUP BY " + strings.Join(group, ", ") + " FORMAT RowBinary"
 	var out []store.ReportRow
+	index := map[string]int{} // group → its row in out: hours of one day add up
 	err = s.c.query(ctx, query, func(d *dec) error {
 		for d.more() {
 			row := store.ReportRow{Keys: make([]string, len(q.GroupBy))}
 			for i, dim := range q.GroupBy {
-				row.Keys[i] = readKey(d, dim)
+				row.Keys[i] = timeKey(dim, d.str(), days, loc)
 			}
 			row.Currency = d.str()
 			for _, m := range ms {
 				*m.Field(&row.Totals) = d.i64()
 			}
-			if d.err == nil {
-				out = append(out, row)
+			if d.err != nil {
+				break
 			}
+			k := strings.Join(row.Keys, "\x00") + "\x00" + row.Currency
+			if i, ok := index[k]; ok {
+				out[i].Totals.Add(row.Totals)
+				continue
+			}
+			index[k] = len(out)
+			out = append(out, row)
 		}
 		return d.err
 	})
@@ -209,52 +228,85 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 	return out, nil
 }
 
-// readKey reads one group key as the SQLite store writes it.
-func readKey(d *dec, dim store.Dim) string {
+// timeKey is a group key as the SQLite store writes it: minutes and hours
+// (Unix seconds) as UTC times; days and months as they are when read from
+// the pieces' local days, else those of the UTC hour in loc.
+func timeKey(dim store.Dim, v string, days bool, loc *time.Location) string {
 	switch dim {
-	case store.DimMinute:
-		return time.Unix(d.i64()*60, 0).UTC().Format(time.RFC3339)
-	case store.DimHour:
-		return time.Unix(d.i64()*3600, 0).UTC().Format(time.RFC3339)
-	case store.DimDay:
-		return time.Unix(d.i64()*86400, 0).UTC().Format(time.DateOnly)
-	case store.DimMonth:
-		ym := d.i64()
-		return fmt.Sprintf("%04d-%02d", ym/100, ym%100)
+	case store.DimMinute, store.DimHour, store.DimDay, store.DimMonth:
+	default:
+		return v
 	}
-	return d.str()
+	if days && (dim == store.DimDay || dim == store.DimMonth) {
+		return v
+	}
+	sec, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return v
+	}
+	t := time.Unix(sec, 0)
+	switch dim {
+	case store.DimDay:
+		return t.In(loc).Format(time.DateOnly)
+	case store.DimMonth:
+		return t.In(loc).Format("2006-01")
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
-// roundBound rounds a report bound down to the hour (the minute for
-// reports by minute), as the rollups' grain does, unless it is a local
-// midnight, which whole days of the report zone start at.
-func roundBound(t time.Time, loc *time.Location, byMinute bool) time.Time {
+// bounds are the bucket bounds (Unix seconds, nil when open) a report
+// reads, and whether its days and months come from the pieces' local
+// days. They follow the SQLite store's plan: whole local days of the
+// rollup zone where the period has them and the query is in that zone
+// and not by hour; otherwise UTC hours, the bounds rounded down to the
+// hour, as a period with part-days in a zone whose midnights are off the
+// UTC hour is too.
+func (s *Store) bounds(q store.ReportQuery, loc *time.Location) (from, to *int64, days bool) {
+	at := func(t time.Time) *int64 {
+		if t.IsZero() {
+			return nil
+		}
+		v := t.Unix()
+		return &v
+	}
+	floor := func(t time.Time, d time.Duration) *int64 {
+		if t.IsZero() {
+			return nil
+		}
+		v := floorDiv(t.Unix(), int64(d/time.Second)) * int64(d/time.Second)
+		return &v
+	}
+	if slices.Contains(q.GroupBy, store.DimMinute) {
+		return floor(q.From, time.Minute), floor(q.To, time.Minute), false
+	}
+	hours := func() (*int64, *int64, bool) { return floor(q.From, time.Hour), floor(q.To, time.Hour), false }
+	if loc.String() != s.zone.String() || slices.Contains(q.GroupBy, store.DimHour) {
+		return hours()
+	}
+	d0, d1 := ceilDay(q.From, s.zone), store.FloorDay(q.To, s.zone)
+	offHour := func(t time.Time) bool { return t.Unix()%3600 != 0 }
+	if (!q.From.IsZero() && !d0.Equal(q.From) && offHour(d0)) || (!q.To.IsZero() && !d1.Equal(q.To) && offHour(d1)) ||
+		(!d0.IsZero() && !d1.IsZero() && !d0.Before(d1)) {
+		return hours()
+	}
+	from, to = floor(q.From, time.Hour), floor(q.To, time.Hour)
+	if !q.From.IsZero() && d0.Equal(q.From) {
+		from = at(q.From)
+	}
+	if !q.To.IsZero() && d1.Equal(q.To) {
+		to = at(q.To)
+	}
+	return from, to, true
+}
+
+func ceilDay(t time.Time, loc *time.Location) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	if byMinute {
-		return t.Truncate(time.Minute)
+	if f := store.FloorDay(t, loc); !f.Before(t) {
+		return f
 	}
-	lt := t.In(loc)
-	if lt.Hour() == 0 && lt.Minute() == 0 && lt.Second() == 0 && lt.Nanosecond() == 0 {
-		return t
-	}
-	return t.Truncate(time.Hour)
-}
-
-// arrivalSpan returns the first and last arrival (Unix seconds) of the
-// rows matching cond; ok is false when there are none.
-func (s *Store) arrivalSpan(ctx context.Context, table, cond string) (lo, hi int64, ok bool, err error) {
-	q := "SELECT count(), min(arrival_ns), max(arrival_ns) FROM " + table + cond + " FORMAT RowBinary"
-	err = s.c.query(ctx, q, func(d *dec) error {
-		for d.more() {
-			n := d.u64()
-			lo, hi = d.i64(), d.i64()
-			ok = n > 0
-		}
-		return d.err
-	})
-	return floorDiv(lo, 1e9), floorDiv(hi, 1e9), ok, err
+	return store.NextDay(t, loc)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -263,30 +315,4 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// localSeconds is the SQL for a row's local wall-clock time in loc as
-// seconds since 1970, for arrivals in [lo, hi] (Unix seconds): UTC seconds
-// plus the offset in force, picked from the zone's changes within the span.
-func localSeconds(lo, hi int64, loc *time.Location) string {
-	sec := "intDiv(arrival_ns, 1000000000)"
-	t := time.Unix(lo, 0).In(loc)
-	_, off := t.Zone()
-	offsets := []string{strconv.Itoa(off)}
-	var changes []string
-	for {
-		_, end := t.ZoneBounds()
-		if end.IsZero() || end.Unix() > hi {
-			break
-		}
-		t = end
-		_, off = t.Zone()
-		changes = append(changes, strconv.FormatInt(t.Unix(), 10))
-		offsets = append(offsets, strconv.Itoa(off))
-	}
-	if len(changes) == 0 {
-		return "(" + sec + " + " + quoteInt(int64(off)) + ")"
-	}
-	return fmt.Sprintf("(%s + [%s][arrayCount(x -> x <= %s, [%s]) + 1])",
-		sec, strings.Join(offsets, ", "), sec, strings.Join(changes, ", "))
 }
