@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
+	"github.com/tollgate-dev/tollgate/internal/fleet"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/notify"
@@ -302,6 +303,17 @@ func loadConfig(path, listen, upstream, engine, db string) (*config.Config, erro
 	return cfg, nil
 }
 
+// With replicas, each aggregator persists a minute fleetGrace after it
+// closes (requests are counted in the minute they finished, on the
+// replica that served them, within milliseconds: a short grace loses
+// none), at its next 10 s flush, and the leader evaluates the fleet
+// fleetLag behind the clock, once every replica's rows of the minutes it
+// reads are in the store: grace + flush period + 15 s for the write.
+const (
+	fleetGrace = 15 * time.Second
+	fleetLag   = fleetGrace + 10*time.Second + 15*time.Second
+)
+
 // serve runs the gateway until ctx is done, then drains: in-flight requests
 // get the grace period, then are cancelled and recorded as cut by shutdown;
 // every Record is flushed to the store before serve returns. When started
@@ -346,8 +358,15 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	// Alerting: finished requests feed per-minute windows (persisted in
 	// the store, reloaded after a restart); the engine evaluates the rules
-	// and hands what fires to the notifiers, by severity.
-	win := window.New(window.Config{}, st, log.With("component", "window"), reg)
+	// and hands what fires to the notifiers, by severity. With replicas
+	// (replicas.redis.url), only the holder of a lease in Redis evaluates,
+	// over every replica's minutes read back from the shared store, and
+	// each notification is sent once fleet-wide (internal/fleet).
+	wcfg := window.Config{}
+	if cfg.Replicas.Enabled() {
+		wcfg.Grace = fleetGrace
+	}
+	win := window.New(wcfg, st, log.With("component", "window"), reg)
 	if err := win.Load(ctx, time.Now()); err != nil {
 		log.Warn("could not reload the alerting windows; they start empty", "err", err)
 	}
@@ -356,7 +375,35 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		stopWriter()
 		return err
 	}
-	alerts := alert.NewEngine(cfg.Alerts, win, alert.Options{Notifier: disp, Events: events, Log: log.With("component", "alerts"), Registry: reg})
+	var (
+		alertWin   alert.Windows  = win
+		notifier   alert.Notifier = disp
+		lease      *fleet.Lease
+		fleetWin   *fleet.Windows
+		fleetRedis io.Closer
+	)
+	if rc := cfg.Replicas; rc.Enabled() {
+		rdb, err := fleet.NewClient(rc.Redis.URL, 2*time.Second)
+		if err != nil {
+			_ = disp.Close()
+			stopWriter()
+			return fmt.Errorf("replicas.redis.url: %w", err)
+		}
+		fleetRedis = rdb
+		flog := log.With("component", "fleet")
+		lease = fleet.NewLease(rdb, fleet.LeaseOptions{Prefix: rc.PrefixOrDefault(), TTL: rc.LeaseOrDefault(), Log: flog, Registerer: reg})
+		notifier = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
+		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{Log: flog})
+		alertWin = fleetWin
+		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
+			"replica", lease.ID(), "lease", rc.LeaseOrDefault(), "lag", fleetLag, "redis", redactedURL(rc.Redis.URL))
+	} else {
+		lease = fleet.Local(reg)
+		if cfg.Quotas.Redis.URL != "" {
+			log.Warn("quotas are shared in Redis but replicas.redis.url is not set: if several replicas run, each evaluates alerts over its own traffic and each notifies")
+		}
+	}
+	alerts := alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg})
 	alertCtx, stopAlerts := context.WithCancel(context.Background())
 	var alertsDone sync.WaitGroup
 	alertsDone.Go(func() { win.Run(alertCtx) })
@@ -364,11 +411,21 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	alertsDone.Go(func() {
 		window.NewCompactor(st, cfg.Location(), log.With("component", "window")).Run(alertCtx, 15*time.Minute)
 	})
-	alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
+	if fleetWin != nil {
+		alertsDone.Go(func() { lease.Run(alertCtx) }) // released at shutdown: another replica takes over at once
+		ev := &fleet.Evaluator{Lease: lease, Windows: fleetWin, Lag: fleetLag, Log: log.With("component", "alerts"),
+			Eval: func(ctx context.Context, now time.Time) { alerts.Eval(ctx, now) }}
+		alertsDone.Go(func() { ev.Run(alertCtx, cfg.Alerts.Interval) })
+	} else {
+		alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
+	}
 	defer func() {
 		stopAlerts()
 		alertsDone.Wait()
 		_ = disp.Close()
+		if fleetRedis != nil {
+			_ = fleetRedis.Close()
+		}
 	}()
 
 	limiter, err := newLimiter(cfg, st, events, alerts, reg, log.With("component", "quota"))

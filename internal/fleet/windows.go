@@ -51,8 +51,8 @@ type row struct {
 
 // WindowsOptions tune Windows.
 type WindowsOptions struct {
-	// Keep is how much history is held (default 2 h, the aggregator's and
-	// the engine's memory).
+	// Keep is how much history is held (default 2 h 15 m: the engine's
+	// memory of 2 h, counted from the lagged clock, plus room for the lag).
 	Keep time.Duration
 	// Reread is how far back each Refresh reads again (default 10 m).
 	Reread time.Duration
@@ -63,7 +63,7 @@ type WindowsOptions struct {
 // the first Refresh.
 func NewWindows(src Source, o WindowsOptions) *Windows {
 	if o.Keep <= 0 {
-		o.Keep = 2 * time.Hour
+		o.Keep = 2*time.Hour + 15*time.Minute
 	}
 	if o.Reread <= 0 {
 		o.Reread = 10 * time.Minute
