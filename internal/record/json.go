@@ -245,6 +245,10 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Usage: j.Usage, Timeline: j.TokenTimeline,
 		Cost:    Cost{Nanos: j.Cost.Nanos, Currency: j.Cost.Currency, PriceVersion: j.Cost.PriceVersion},
 		Arrival: arrival,
+		// Read back too, since they change the segments Finish derives:
+		// a record exported and imported must attribute its time the same.
+		ConnectWait: fromMS(j.ConnectWait), ClientWrite: fromMS(j.ClientWrite), ClientWriteTail: fromMS(j.ClientTail),
+		EngineTiming: j.EngineTiming.timing(),
 		Marks: Marks{
 			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),
 			UpstreamSent: fromOptMS(m.UpstreamSent), UpstreamHeaders: fromOptMS(m.UpstreamHeaders),

@@ -81,6 +81,11 @@ func TestJSONRoundTrip(t *testing.T) {
 		Usage:    Usage{InputTokens: 30, CachedInputTokens: 16, OutputTokens: 12, ReasoningTokens: 2, Source: SourceEngine},
 		Cost:     Cost{Nanos: 1_230_000, Currency: "USD", PriceVersion: "m@2026-11-01"},
 		CacheHit: true,
+		// These change the segments; "tollgate store import" relies on
+		// reading them back.
+		ConnectWait: 1500, ClientWrite: 2*time.Millisecond + 1, ClientWriteTail: time.Millisecond + 3,
+		EngineTiming: &EngineTiming{Signal: "vllm_span", Queue: 1000001, TTFT: 4*time.Millisecond + 7, Prefill: 3 * time.Millisecond,
+			Decode: 50*time.Millisecond + 9, Inference: 53 * time.Millisecond, E2E: 55 * time.Millisecond, PromptTokens: 30, CompletionTokens: 12, CachedTokens: 16},
 	}
 	r.Finish()
 	b, err := json.Marshal(&r)
