@@ -22,11 +22,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/loadgen"
+	"github.com/tollgate-dev/tollgate/internal/sim"
 )
 
 // Options configure a run. Zero values of the durations take the defaults.
@@ -44,7 +46,7 @@ type Options struct {
 	// its 90 s IdleConnTimeout.
 	Settle time.Duration
 
-	InputLen, OutputLen int // synthetic prompt tokens and max_tokens (ignore_eos)
+	InputLen, OutputLen int // synthetic prompt tokens, and output tokens (X-Sim-Output-Tokens)
 
 	MaxGrowth      float64 // RSS growth limit, e.g. 0.05
 	GoroutineSlack int     // goroutines allowed above the baseline at the end
@@ -154,12 +156,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// Enough batch slots that the engine never queues at this rate, and no
 	// per-sequence decode cost, so a stream's length does not depend on
 	// how many others run: the gateway sees the same load all along.
-	sim, err := startProc(ctx, "sim", o.Exe, []string{"sim", "--listen", simAddr, "--max-running", "4096", "--decode-per-seq", "0"},
+	simProc, err := startProc(ctx, "sim", o.Exe, []string{"sim", "--listen", simAddr, "--max-running", "4096", "--decode-per-seq", "0"},
 		simAddr, "/health", o.Dir+"/sim.log")
 	if err != nil {
 		return nil, err
 	}
-	defer sim.kill()
+	defer simProc.kill()
 	db := o.Dir + "/soak.db"
 	cfg := o.Dir + "/soak.yml"
 	if err := os.WriteFile(cfg, []byte(serveConfig(gwAddr, "http://"+simAddr+"/v1", db)), 0o644); err != nil {
@@ -189,18 +191,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return s, nil
 	}
 
-	base, err := read("idle", 0)
-	if err != nil {
-		return nil, fmt.Errorf("read the idle gateway: %w", err)
+	// The idle baseline: the fewest goroutines over a few seconds, so a
+	// start-up task still running at the first sample does not lift it.
+	for i := range 5 {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+		s, err := read("idle", time.Duration(i-5)*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("read the idle gateway: %w", err)
+		}
+		if i == 0 || s.Goroutines < rep.GoroutinesBaseline {
+			rep.GoroutinesBaseline = s.Goroutines
+		}
+		rep.Samples = append(rep.Samples, s)
 	}
-	rep.GoroutinesBaseline = base.Goroutines
-	rep.Samples = append(rep.Samples, base)
 
-	w, err := loadgen.NewSynthetic(loadgen.Synthetic{Model: "Qwen/Qwen3-8B", Chat: true, InputLen: o.InputLen, OutputLen: o.OutputLen, IgnoreEOS: true, Seed: 1})
+	// Each answer ends by itself (finish_reason stop) after OutputLen
+	// tokens, the simulator told by its header, under a max_tokens it
+	// does not reach: a steady mix that trips no alert rule.
+	w, err := loadgen.NewSynthetic(loadgen.Synthetic{Model: "Qwen/Qwen3-8B", Chat: true, InputLen: o.InputLen, OutputLen: 2 * o.OutputLen, Seed: 1})
 	if err != nil {
 		return nil, err
 	}
-	client := loadgen.NewClient("http://"+gwAddr+"/v1", http.Header{}, max(int(o.Rate*4), 16), 2*time.Minute)
+	hdr := http.Header{}
+	hdr.Set(sim.OutputTokensHeader, strconv.Itoa(o.OutputLen))
+	client := loadgen.NewClient("http://"+gwAddr+"/v1", hdr, max(int(o.Rate*4), 16), 2*time.Minute)
 
 	// The load: constant arrivals, one goroutine per request, each
 	// answer checked and dropped (a 30-minute run keeps no per-request
