@@ -8,13 +8,14 @@
 // RowBinary: the one client path that works from Debian's 18.16 to current
 // servers (see docs/operations.md, "ClickHouse", for what was measured).
 //
-// Status: store.Store is complete, and so is store.Analytics except that
-// Report and Prompts aggregate the requests table itself (exact, but they
-// read the ledger's rows; rollups are the next step, and until they exist
-// pruning the ledger also drops what reports count). Amendments (late
-// engine timings, re-rating) are new versions of a row, not mutations
-// (amend.go). The spill queue while ClickHouse is down is the gateway's
-// write-ahead queue (internal/wal), which ships into any store.Store.
+// Reports read rollups (rollup.go): sums per piece (a UTC hour, cut at the
+// rollup zone's midnights), per minute and per prompt, each piece
+// recomputed from the deduplicated ledger whenever a write marked it, so
+// that replays never count twice and reports outlive the ledger's
+// retention. Amendments (late engine timings, re-rating) are new versions
+// of a row, not mutations (amend.go). The spill queue while ClickHouse is
+// down is the gateway's write-ahead queue (internal/wal), which ships into
+// any store.Store.
 package clickhouse
 
 import (
@@ -64,9 +65,10 @@ type Config struct {
 	// Client is the HTTP client; nil uses one of the store's own.
 	Client *http.Client
 	// Location is the report time zone: days and months of reports follow
-	// its calendar unless a query names another (default UTC). Unlike
-	// SQLite's day rollups, nothing is bucketed at write time, so changing
-	// it applies to past rows too.
+	// its calendar unless a query names another (default UTC). The
+	// rollups keep the zone they were created in (see rollup.go); after a
+	// change, days and months in the new zone are read from UTC hours, as
+	// for a query in another zone.
 	Location *time.Location
 }
 
@@ -88,6 +90,13 @@ type Store struct {
 	// now is the clock behind the write version.
 	now func() time.Time
 	loc *time.Location // the report time zone
+	// zone is the rollup zone: the local days pieces are cut at (see
+	// rollup.go), fixed when the rollups were created.
+	zone *time.Location
+	// rollMu serialises this process's roll-up passes; lastVer is the
+	// version of its last recompute.
+	rollMu  sync.Mutex
+	lastVer uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -148,12 +157,12 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.c.exec(ctx, "", createRequests(s.db, s.features)); err != nil {
 		return fmt.Errorf("create table requests: %w", err)
 	}
-	for _, ddl := range sideTables(s.db) {
+	for _, ddl := range append(sideTables(s.db), rollupDDL(s.db)...) {
 		if err := s.c.exec(ctx, "", ddl); err != nil {
 			return fmt.Errorf("create table: %w", err)
 		}
 	}
-	return nil
+	return s.openRollups(ctx)
 }
 
 // Version is the server's version, read at Open.
@@ -220,11 +229,15 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		encodeRow(e, &f, ver)
 		n++
 	}
-	if n == 0 {
-		return nil
+	if n > 0 {
+		q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
+		if err := s.c.insert(ctx, q, e.b); err != nil {
+			return err
+		}
 	}
-	q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
-	return s.c.insert(ctx, q, e.b)
+	// After the rows, and for the stored ones too: a retry after a
+	// failed mark finds its rows stored and must still mark them.
+	return s.mark(ctx, recs)
 }
 
 // storedIDs returns which RequestIDs of recs are in the table already.
