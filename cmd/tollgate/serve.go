@@ -257,6 +257,27 @@ func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.
 	}
 }
 
+// roller is a store whose rollups are recomputed by a pass (ClickHouse).
+type roller interface {
+	RollUp(ctx context.Context) error
+}
+
+// rollUp runs the store's roll-up pass every minute.
+func rollUp(ctx context.Context, r roller, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.RollUp(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("roll-up pass failed", "err", err)
+		}
+	}
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; without it the embedded defaults are used")
@@ -512,13 +533,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
-	if cfg.Store.Backend == "clickhouse" {
-		// The ClickHouse store has no rollups yet: reports read the ledger
-		// itself, so pruning it would also erase what reports and bills
-		// count.
-		log.Warn("store.retention is not enforced on ClickHouse yet: its reports read the ledger (no rollups), so nothing is pruned")
-	} else {
-		go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
+	if r, ok := st.(roller); ok {
+		// ClickHouse recomputes its rollups in a pass (Report runs one
+		// first); running it every minute keeps that pass short.
+		go rollUp(pruneCtx, r, log.With("component", "rollup"))
 	}
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
