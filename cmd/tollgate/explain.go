@@ -12,8 +12,8 @@ import (
 
 // runExplain prints where one request's time went.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("explain", "explain [--db PATH] REQUEST_ID", stderr)
-	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	fs := newFlagSet("explain", "explain [--db PATH | --config FILE] REQUEST_ID", stderr)
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -21,7 +21,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "tollgate explain: give exactly one request id")
 		return errUsage
 	}
-	recs, err := loadRequest(ctx, *db, fs.Arg(0))
+	recs, err := loadRequest(ctx, lf, fs.Arg(0))
 	if err != nil {
 		return err
 	}

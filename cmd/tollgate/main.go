@@ -30,15 +30,15 @@ Usage:
                     run the simulated OpenAI-compatible engine (vLLM stand-in)
   tollgate demo     [--duration D] [--db PATH]
                     run the simulator, the gateway and sample traffic together
-  tollgate requests [--db PATH] [--limit N] [--json] [filters]
+  tollgate requests [--db PATH | --config FILE] [--limit N] [--json] [filters]
                     list recent requests; "requests show ID" prints one health report
-  tollgate report   KIND [--from DATE] [--to DATE] [--format table|json|csv]
+  tollgate report   KIND [--db PATH | --config FILE] [--from DATE] [--to DATE] [--format table|json|csv]
                     cost reports: users, biz, models, templates, top, length, waste
   tollgate rerate   --config FILE --from DATE --to DATE
                     re-rate history after a price change (and allocate GPU-hour prices)
   tollgate reconcile --bill FILE [--bill-format openai|generic --map ...]
                     compare a provider's usage export with the ledger, and explain the differences
-  tollgate explain  [--db PATH] REQUEST_ID
+  tollgate explain  [--db PATH | --config FILE] REQUEST_ID
                     where one request's time went, as a waterfall
   tollgate diagnose [--since 1h]
                     latency by input length, cache hit vs miss, long tail, segments, timeline decay
@@ -53,6 +53,9 @@ Usage:
   tollgate baseline run --suite FILE --save NAME | compare NAME --suite FILE | watch --suite FILE
                     regression check: fixed prompts, deterministic sampling; latency, length and output
                     drift; watch runs on the suite's schedule and alerts through the notifiers
+  tollgate store    copy --from DB --config FILE | export [--db PATH] | import --config FILE
+                    move a ledger (and its events and alerting windows) from SQLite to ClickHouse;
+                    export and import carry it as JSON lines
   tollgate version  print the version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -108,12 +111,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runAlerts(ctx, rest, stdout, stderr)
 	case "baseline":
 		return runBaseline(ctx, rest, stdout, stderr)
+	case "store":
+		return runStore(ctx, rest, os.Stdin, stdout, stderr)
 	case "bench":
 		if len(rest) > 0 && rest[0] == "overhead" {
 			return runBenchOverhead(ctx, rest[1:], stdout, stderr)
-		}
-		if len(rest) > 0 && rest[0] == "soak" {
-			return runBenchSoak(ctx, rest[1:], stdout, stderr)
 		}
 		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":

@@ -16,7 +16,7 @@ import (
 
 func reportUsage() string {
 	var b strings.Builder
-	b.WriteString("report KIND [--db PATH] [--from DATE] [--to DATE] [--format table|json|csv] [filters]\n\nKinds:\n")
+	b.WriteString("report KIND [--db PATH | --config FILE] [--from DATE] [--to DATE] [--format table|json|csv] [filters]\n\nKinds:\n")
 	for _, k := range report.Kinds {
 		fmt.Fprintf(&b, "  %-10s %s\n", k.Name, k.Help)
 	}
@@ -25,10 +25,10 @@ func reportUsage() string {
 
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("report", reportUsage(), stderr)
-	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	from := fs.String("from", "", "start `date` (2026-11-01) or RFC 3339 time; default 7 days before --to")
 	to := fs.String("to", "", "end (exclusive) `date` or time; default the end of today")
-	tz := fs.String("tz", "UTC", "time `zone` of dates and day/month groups, e.g. Asia/Shanghai (as store.timezone)")
+	tz := fs.String("tz", "", "time `zone` of dates and day/month groups, e.g. Asia/Shanghai (default store.timezone with --config, else UTC)")
 	format := fs.String("format", "table", "table, json or csv")
 	limit := fs.Int("limit", 20, "rows of ranked reports (top, waste)")
 	where := map[store.Dim]*string{}
@@ -47,11 +47,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	loc, err := time.LoadLocation(*tz)
-	if err != nil {
-		return fmt.Errorf("--tz: %w", err)
+	// The store is opened first: without --tz its time zone
+	// (store.timezone) is the one dates are read in.
+	var zone *time.Location
+	if *tz != "" {
+		var err error
+		if zone, err = time.LoadLocation(*tz); err != nil {
+			return fmt.Errorf("--tz: %w", err)
+		}
 	}
-	f, t, err := report.ParsePeriod(*from, *to, loc, time.Now(), 7)
+	st, err := lf.open(ctx, zone, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	f, t, err := report.ParsePeriod(*from, *to, lf.loc, time.Now(), 7)
 	if err != nil {
 		return err
 	}
@@ -61,11 +71,6 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			q.Where[d] = *v
 		}
 	}
-	st, err := openLedgerIn(ctx, *db, loc)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	res, err := report.Run(ctx, st, kind, q)
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,15 +13,14 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
-	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
 func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "show" {
 		return runRequestsShow(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlagSet("requests", "requests [--db PATH] [--limit N] [--json] [--user U] [--biz B] [--model M] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH] [--json] ID", stderr)
-	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	limit := fs.Int("limit", 20, "how many requests, newest first")
 	asJSON := fs.Bool("json", false, "one JSON record per line instead of a table")
 	var f store.Filter
@@ -45,7 +43,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return errUsage
 	}
 	f.Limit = *limit
-	st, err := openLedger(ctx, *db)
+	st, err := lf.open(ctx, nil, false)
 	if err != nil {
 		return err
 	}
@@ -80,8 +78,8 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("requests show", "requests show [--db PATH] [--json] ID", stderr)
-	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	fs := newFlagSet("requests show", "requests show [--db PATH | --config FILE] [--json] ID", stderr)
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "print the JSON record(s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -90,7 +88,7 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "tollgate requests show: give exactly one request id")
 		return errUsage
 	}
-	recs, err := loadRequest(ctx, *db, fs.Arg(0))
+	recs, err := loadRequest(ctx, lf, fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -113,26 +111,21 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // loadRequest reads every attempt of one request from an existing ledger.
-func loadRequest(ctx context.Context, db, id string) ([]*record.Record, error) {
-	st, err := openLedger(ctx, db)
+func loadRequest(ctx context.Context, lf *ledgerFlags, id string) ([]*record.Record, error) {
+	st, err := lf.open(ctx, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
 	recs, err := st.Request(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("no request %q in %s", id, db)
+		where := lf.db
+		if lf.config != "" {
+			where = "the store of " + lf.config
+		}
+		return nil, fmt.Errorf("no request %q in %s", id, where)
 	}
 	return recs, err
-}
-
-// openLedger opens an existing ledger; it refuses to create an empty one
-// where the user probably mistyped the path.
-func openLedger(ctx context.Context, path string) (*sqlite.Store, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("no ledger at %s (start \"tollgate serve\" or \"tollgate demo\" first, or pass --db PATH)", path)
-	}
-	return openLedgerIn(ctx, path, time.UTC)
 }
 
 // printReport renders one health report for a terminal.

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -50,4 +53,75 @@ func redactedURL(s string) string {
 		return u.Redacted()
 	}
 	return "[unparsable]"
+}
+
+// ledgerFlags are the flags of the commands that read (or fill) a ledger:
+// the SQLite file --db, or the store a config file names with --config, so
+// that on a fleet writing to ClickHouse any machine's CLI reads the whole
+// fleet's ledger.
+type ledgerFlags struct {
+	db, config string
+	fs         *flag.FlagSet
+	// loc is the report time zone of the store open opened.
+	loc *time.Location
+}
+
+func addLedgerFlags(fs *flag.FlagSet, dbHelp string) *ledgerFlags {
+	l := &ledgerFlags{fs: fs}
+	fs.StringVar(&l.db, "db", "./tollgate.db", dbHelp)
+	fs.StringVar(&l.config, "config", "", "config `file`: use the store its store section names (sqlite or clickhouse) instead of --db")
+	return l
+}
+
+// set reports whether the flag name was given on the command line.
+func (l *ledgerFlags) set(name string) bool {
+	found := false
+	l.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// open opens the ledger. An existing SQLite file is required unless create
+// is set: a mistyped path must not read as an empty ledger. A non-nil loc
+// overrides the report time zone (store.timezone with --config, else UTC).
+func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool) (ledgerStore, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	if l.config == "" {
+		if loc == nil {
+			loc = time.UTC
+		}
+		l.loc = loc
+		return openSQLite(ctx, l.db, loc, create, "pass --db PATH or --config FILE")
+	}
+	cfg, err := config.Load(l.config)
+	if err != nil {
+		return nil, err
+	}
+	if loc != nil {
+		cfg.Store.Timezone = loc.String()
+	}
+	l.loc = cfg.Location()
+	switch cfg.Store.Backend {
+	case "", "sqlite":
+		if l.set("db") {
+			cfg.Store.SQLite.Path = l.db
+		}
+		return openSQLite(ctx, cfg.Store.SQLite.Path, cfg.Location(), create, "store.sqlite.path of "+l.config)
+	}
+	if l.set("db") {
+		return nil, fmt.Errorf("--db names a SQLite ledger, but %s uses store.backend %s: give one of --db and --config", l.config, cfg.Store.Backend)
+	}
+	return openStore(ctx, cfg, quiet)
+}
+
+func openSQLite(ctx context.Context, path string, loc *time.Location, create bool, hint string) (ledgerStore, error) {
+	if !create {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("no ledger at %s (start \"tollgate serve\" or \"tollgate demo\" first, or %s)", path, hint)
+		}
+	}
+	st, err := sqlite.Open(ctx, path, slog.New(slog.DiscardHandler), sqlite.WithLocation(loc))
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return st, nil
 }
