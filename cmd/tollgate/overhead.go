@@ -20,7 +20,7 @@ import (
 // mock engine (--role mock), the bare reverse proxy (--role bare) and
 // `serve` for tollgate itself; see internal/overhead.
 func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench overhead", "bench overhead [--smoke] [--json] [--rounds N] [--duration D] [--raw FILE]", stderr)
+	fs := newFlagSet("bench overhead", "bench overhead [--smoke] [--json] [--rounds N] [--duration D] [--raw FILE] [--clickhouse URL]", stderr)
 	smoke := fs.Bool("smoke", false, "one short round (1s per scenario): the CI check, not a measurement")
 	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
 	rounds := fs.Int("rounds", 5, "`rounds`; the arms run in a new shuffled order in each")
@@ -35,6 +35,7 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	raw := fs.String("raw", "", "write the raw results, one JSON line per round, arm and scenario, to `file`")
 	dir := fs.String("dir", "", "work `directory` for configs, ledgers and logs (default: a temporary one, removed afterwards)")
 	seed := fs.Uint64("seed", 0, "seed of the arm order (0: from the clock)")
+	chURL := fs.String("clickhouse", "", "also run arm BC, tollgate with its ledger in ClickHouse at this HTTP `URL` (http://host:8123), beside B on SQLite")
 	from := fs.String("report", "", "print a saved --json report `file` as text, without running")
 	// Hidden: the roles this command re-executes itself in.
 	role := fs.String("role", "", "internal: mock | bare")
@@ -75,7 +76,7 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 
 	o := overhead.Options{Rounds: *rounds, Phase: *phase, Warmup: *warmup, Settle: time.Second, Workers: *workers,
-		Mock: overhead.MockOptions{Frames: *frames, TTFT: *ttft, ITL: *itl}, Seed: *seed, Progress: stderr}
+		Mock: overhead.MockOptions{Frames: *frames, TTFT: *ttft, ITL: *itl}, ClickHouse: *chURL, Seed: *seed, Progress: stderr}
 	if *smoke {
 		o.Rounds, o.Phase, o.Warmup, o.Settle = 1, time.Second, 200*time.Millisecond, 200*time.Millisecond
 		// Explicit flags still win, so a test can shorten the smoke run.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -151,6 +153,51 @@ func TestOptionsNameTheFlag(t *testing.T) {
 	for _, want := range []string{"--rounds", "--rates", "--frames"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestClickHouseURLChecked(t *testing.T) {
+	o := Options{Exe: "x", Rounds: 1, Phase: time.Second, Rates: []float64{1}, Workers: 1, Mock: MockOptions{Frames: 2},
+		ClickHouse: "ch.internal:8123"}
+	err := o.validate()
+	if err == nil || !strings.Contains(err.Error(), "--clickhouse") {
+		t.Errorf("error %v does not name --clickhouse", err)
+	}
+	o.ClickHouse = "http://user:secret@ch.internal:8123"
+	if err := o.validate(); err != nil {
+		t.Errorf("a good URL refused: %v", err)
+	}
+	if got := settingsOf(o).ClickHouse; strings.Contains(got, "secret") {
+		t.Errorf("the report's settings show the password: %s", got)
+	}
+	if got := o.arms(); strings.Join(got, " ") != "D A B B0 BC" {
+		t.Errorf("arms %v, want BC added", got)
+	}
+}
+
+// Each arm's generated configuration is one the config loader accepts,
+// with the store it names.
+func TestServeConfigsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		st      storeSection
+		backend string
+		dur     string
+	}{
+		{"B", storeSection{sqlite: "/tmp/B.db", accounting: true}, "sqlite", "queue"},
+		{"B0", storeSection{sqlite: "/tmp/B0.db"}, "sqlite", "off"},
+		{"BC", storeSection{sqlite: "/tmp/BC.db", accounting: true, clickhouse: "http://127.0.0.1:8123", database: "tollgate_overhead_1_1"}, "clickhouse", "queue"},
+	} {
+		cfg, err := config.Parse([]byte(serveConfig("127.0.0.1:1", "http://127.0.0.1:2/v1", tc.st)), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cfg.Store.Backend != tc.backend && !(tc.backend == "sqlite" && cfg.Store.Backend == "") || cfg.Store.Durability != tc.dur {
+			t.Errorf("%s: backend %q durability %q; want %s, %s", tc.name, cfg.Store.Backend, cfg.Store.Durability, tc.backend, tc.dur)
+		}
+		if tc.name == "BC" && (cfg.Store.ClickHouse.URL != tc.st.clickhouse || cfg.Store.ClickHouse.Database != tc.st.database || cfg.QueueDir() != "/tmp/BC.db.queue") {
+			t.Errorf("BC: clickhouse %+v, queue %s", cfg.Store.ClickHouse, cfg.QueueDir())
 		}
 	}
 }

@@ -62,6 +62,8 @@ type Settings struct {
 	TTFT    string    `json:"mock_ttft"`
 	ITL     string    `json:"mock_itl"`
 	Seed    uint64    `json:"seed"`
+	// ClickHouse is arm BC's server (password hidden); "" when BC did not run.
+	ClickHouse string `json:"clickhouse,omitempty"`
 }
 
 // Stat is one metric across rounds.
@@ -82,7 +84,7 @@ type Target struct {
 
 func settingsOf(o Options) Settings {
 	return Settings{Rounds: o.Rounds, Phase: o.Phase.String(), Warmup: o.Warmup.String(), Rates: o.Rates, Workers: o.Workers, SSE: o.SSE,
-		Frames: o.Mock.Frames, TTFT: o.Mock.TTFT.String(), ITL: o.Mock.ITL.String(), Seed: o.Seed}
+		Frames: o.Mock.Frames, TTFT: o.Mock.TTFT.String(), ITL: o.Mock.ITL.String(), Seed: o.Seed, ClickHouse: redactURL(o.ClickHouse)}
 }
 
 func machine() Machine {
@@ -190,6 +192,23 @@ func (rep *Report) summarise() {
 			rep.TokensMatch = false
 		}
 		add("ledger_rows", float64(rd.Integrity.LedgerRows))
+		if bc := rd.Arms["BC"]; bc != nil {
+			// The two stores side by side, in the same round.
+			add("cpu_ratio_bc_over_a", ratio(bc.Saturation.CPUPerReq, a.Saturation.CPUPerReq))
+			add("cpu_ratio_bc_over_b", ratio(bc.Saturation.CPUPerReq, b.Saturation.CPUPerReq))
+			add("rps_ratio_bc_over_a", ratio(bc.Saturation.RPS, a.Saturation.RPS))
+			add("rps_ratio_bc_over_b", ratio(bc.Saturation.RPS, b.Saturation.RPS))
+			for i, j := range bc.JSON {
+				add(fmt.Sprintf("json_%grps_cpu_ratio_bc_over_b", j.Rate), ratio(j.CPUPerReq, b.JSON[i].CPUPerReq))
+			}
+		}
+		if in := rd.Integrity.BC; in != nil {
+			rep.RowsLost += in.RowsLost
+			if !in.TokensMatch {
+				rep.TokensMatch = false
+			}
+			add("ledger_rows_bc", float64(in.LedgerRows))
+		}
 	}
 	rep.Metrics = map[string]Stat{}
 	for name, vs := range per {
@@ -268,7 +287,12 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	arms := []string{"D", "A", "B", "B0"}
-	fmt.Fprintf(w, "  %-34s %-24s %-24s %-24s %-24s\n", "median [min–max] across rounds", "D direct", "A bare proxy", "B tollgate", "B0 no ledger")
+	fmt.Fprintf(w, "  %-34s %-24s %-24s %-24s %-24s", "median [min–max] across rounds", "D direct", "A bare proxy", "B tollgate", "B0 no ledger")
+	if _, ok := rep.Metrics["sat_rps_BC"]; ok {
+		arms = append(arms, "BC")
+		fmt.Fprintf(w, " %-24s", "BC tollgate, ClickHouse")
+	}
+	fmt.Fprintln(w)
 	for _, r := range rep.Settings.Rates {
 		k := fmt.Sprintf("json_%grps_", r)
 		row(fmt.Sprintf("JSON %g/s p50 ms", r), k+"p50_ms_", arms)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,25 +23,40 @@ import (
 	_ "modernc.org/sqlite" // reads the B arm's ledger
 )
 
-// Arms, in their nominal order; each round runs them shuffled.
+// Arms, in their nominal order; each round runs them shuffled. BC, B on
+// a ClickHouse store, joins them when Options.ClickHouse names a server.
 var Arms = []string{"D", "A", "B", "B0"}
+
+// arms are the run's arms in their nominal order.
+func (o *Options) arms() []string {
+	if o.ClickHouse == "" {
+		return Arms
+	}
+	return append(append([]string{}, Arms...), "BC")
+}
 
 // Options configure a run.
 type Options struct {
-	Exe      string        // the tollgate binary, re-executed for the mock and the arms
-	Env      []string      // added to the children's environment
-	Dir      string        // work directory: configs, ledgers, logs
-	Rounds   int           // ≥ 1
-	Phase    time.Duration // each scenario's length, per arm and round
-	Warmup   time.Duration // unmeasured load before an arm's scenarios
-	Settle   time.Duration // pause before the "after" memory reading
-	Rates    []float64     // JSON fixed rates, requests/s
-	Workers  int           // closed loops at saturation
-	SSE      []int         // stream concurrencies
-	Mock     MockOptions
-	Seed     uint64    // arm order; 0: from the clock
-	Raw      io.Writer // JSONL, one line per round × arm × scenario; nil: none
-	Progress io.Writer // one line per step; nil: quiet
+	Exe     string        // the tollgate binary, re-executed for the mock and the arms
+	Env     []string      // added to the children's environment
+	Dir     string        // work directory: configs, ledgers, logs
+	Rounds  int           // ≥ 1
+	Phase   time.Duration // each scenario's length, per arm and round
+	Warmup  time.Duration // unmeasured load before an arm's scenarios
+	Settle  time.Duration // pause before the "after" memory reading
+	Rates   []float64     // JSON fixed rates, requests/s
+	Workers int           // closed loops at saturation
+	SSE     []int         // stream concurrencies
+	Mock    MockOptions
+	// ClickHouse, if set, is the HTTP URL of a ClickHouse server: arm BC
+	// is then run too, B with store.backend clickhouse there (a database
+	// of its own per round, dropped after its ledger is checked), so that
+	// both stores are measured in the same rounds. The server's own CPU is
+	// not the arm's: run it on the load driver's CPU (0).
+	ClickHouse string
+	Seed       uint64    // arm order; 0: from the clock
+	Raw        io.Writer // JSONL, one line per round × arm × scenario; nil: none
+	Progress   io.Writer // one line per step; nil: quiet
 }
 
 func (o *Options) validate() error {
@@ -72,6 +88,11 @@ func (o *Options) validate() error {
 	}
 	if o.Mock.Frames < 2 {
 		errs = append(errs, fmt.Errorf("--frames: must be at least 2; got %d", o.Mock.Frames))
+	}
+	if o.ClickHouse != "" {
+		if u, err := url.Parse(o.ClickHouse); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--clickhouse: want the HTTP interface's URL, http://host:port; got %q", redactURL(o.ClickHouse)))
+		}
 	}
 	if o.Mock.TTFT < 0 || o.Mock.ITL < 0 {
 		errs = append(errs, errors.New("--ttft, --itl: must not be negative"))
@@ -218,6 +239,21 @@ type Integrity struct {
 	TokensMatch      bool  `json:"tokens_match"`
 	B0LedgerRows     int64 `json:"b0_ledger_rows"` // accounting off: must be 0
 	ClientOKRequests int64 `json:"client_ok_requests"`
+	// BC's ledger in ClickHouse against what the mock sent through BC,
+	// when that arm ran.
+	BC *StoreIntegrity `json:"bc,omitempty"`
+}
+
+// StoreIntegrity compares one arm's ledger with the mock's counts.
+type StoreIntegrity struct {
+	MockRequests   int64 `json:"mock_requests"`
+	LedgerRows     int64 `json:"ledger_rows"`
+	RowsLost       int64 `json:"rows_lost"`
+	MockPrompt     int64 `json:"mock_prompt_tokens"`
+	LedgerInput    int64 `json:"ledger_input_tokens"`
+	MockCompletion int64 `json:"mock_completion_tokens"`
+	LedgerOutput   int64 `json:"ledger_output_tokens"`
+	TokensMatch    bool  `json:"tokens_match"`
 }
 
 func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rng *rand.Rand, seq *atomic.Int64) (*Round, error) {
@@ -232,7 +268,14 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 		}
 	}()
 	sutEnv := append(append([]string{}, o.Env...), "GOMAXPROCS=1")
-	for _, arm := range []string{"A", "B", "B0"} {
+	sut := []string{"A", "B", "B0"}
+	chDB := ""
+	if o.ClickHouse != "" {
+		sut = append(sut, "BC")
+		chDB = fmt.Sprintf("tollgate_overhead_%d_%d", os.Getpid(), r)
+		defer func() { _ = chExec(context.Background(), o.ClickHouse, "DROP DATABASE IF EXISTS "+chDB, nil) }()
+	}
+	for _, arm := range sut {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
@@ -242,7 +285,11 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 			args = []string{"bench", "overhead", "--role", "bare", "--listen", addr, "--upstream", "http://" + mock.addr}
 		} else {
 			cfg := filepath.Join(dir, arm+".yml")
-			if err := os.WriteFile(cfg, []byte(serveConfig(addr, "http://"+mock.addr+"/v1", filepath.Join(dir, arm+".db"), arm == "B")), 0o644); err != nil {
+			st := storeSection{sqlite: filepath.Join(dir, arm+".db"), accounting: arm != "B0"}
+			if arm == "BC" {
+				st.clickhouse, st.database = o.ClickHouse, chDB
+			}
+			if err := os.WriteFile(cfg, []byte(serveConfig(addr, "http://"+mock.addr+"/v1", st)), 0o644); err != nil {
 				return nil, err
 			}
 			args = []string{"serve", "--config", cfg}
@@ -254,7 +301,7 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 		procs[arm] = p
 	}
 
-	order := append([]string{}, Arms...)
+	order := o.arms()
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	round := &Round{N: r, Order: order, Arms: map[string]*ArmResult{}}
 	fmt.Fprintf(o.Progress, "round %d/%d: order %s\n", r, o.Rounds, strings.Join(order, " "))
@@ -274,7 +321,7 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 	}
 
 	// Stop the arms; B flushes its ledger on SIGTERM before it exits.
-	for _, arm := range []string{"A", "B", "B0"} {
+	for _, arm := range sut {
 		p := procs[arm]
 		delete(procs, arm)
 		if err := p.stop(2 * time.Minute); err != nil {
@@ -285,35 +332,66 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 	if err != nil {
 		return nil, err
 	}
+	if chDB != "" {
+		if in.BC, err = checkClickHouse(ctx, mock, r, o.ClickHouse, chDB); err != nil {
+			return nil, err
+		}
+	}
 	round.Integrity = in
 	writeLine(o.Raw, r, "B", "integrity", in)
 	fmt.Fprintf(o.Progress, "  integrity: %d rows for %d requests sent by the mock, tokens match %v, B0 rows %d\n",
 		in.LedgerRows, in.MockRequests, in.TokensMatch, in.B0LedgerRows)
+	if bc := in.BC; bc != nil {
+		fmt.Fprintf(o.Progress, "  integrity BC (ClickHouse): %d rows for %d requests sent by the mock, tokens match %v\n",
+			bc.LedgerRows, bc.MockRequests, bc.TokensMatch)
+	}
 	return round, nil
 }
 
-// serveConfig is the B (accounting on) or B0 (store.durability: off)
-// configuration: one upstream, the mock; prices so every request is
-// rated; no OTLP listeners or engine scraping, which the mock lacks.
-func serveConfig(listen, upstream, db string, accounting bool) string {
+// storeSection says which store an arm writes: B's SQLite file, B0's
+// nothing (accounting off), or BC's ClickHouse database (its write-ahead
+// queue beside where the SQLite file would be).
+type storeSection struct {
+	sqlite               string
+	accounting           bool
+	clickhouse, database string
+}
+
+func (s storeSection) yaml() string {
 	durability := "queue"
-	if !accounting {
+	if !s.accounting {
 		durability = "off"
 	}
+	if s.clickhouse != "" {
+		return fmt.Sprintf(`store:
+  backend: clickhouse
+  clickhouse: {url: %q, database: %s}
+  queue: {dir: %q}
+  durability: %s
+`, s.clickhouse, s.database, s.sqlite+".queue", durability)
+	}
+	return fmt.Sprintf(`store:
+  sqlite: {path: %q}
+  durability: %s
+`, s.sqlite, durability)
+}
+
+// serveConfig is the B (accounting on), B0 (store.durability: off) or BC
+// (ClickHouse) configuration: one upstream, the mock; prices so every
+// request is rated; no OTLP listeners or engine scraping, which the mock
+// lacks. ClickHouse's store takes its batching defaults (1000 rows, 1 s).
+func serveConfig(listen, upstream string, st storeSection) string {
 	return fmt.Sprintf(`# written by tollgate bench overhead
 listen: %q
 shutdown_grace: 30s
 log: {level: warn}
-store:
-  sqlite: {path: %q}
-  durability: %s
-upstreams:
+%supstreams:
   - {name: mock, url: %q, engine: openai}
 prices:
   - {model: bench-model, currency: USD, input: 0.15, cached_input: 0.075, output: 0.60}
 otlp: {http_listen: "", grpc_listen: ""}
 engine_metrics: {interval: 0s}
-`, listen, db, durability, upstream)
+`, listen, st.yaml(), upstream)
 }
 
 // runArm drives one arm through every scenario; pid is the arm's process
@@ -534,6 +612,62 @@ func mockSent(ctx context.Context, addr, tag string) (Sent, error) {
 		return s, fmt.Errorf("mock stats: %w", err)
 	}
 	return s, nil
+}
+
+// checkClickHouse compares BC's ledger (database db on the server at
+// base, read with FINAL: replays collapse) with the mock's counts under
+// BC's tag.
+func checkClickHouse(ctx context.Context, mock *proc, r int, base, db string) (*StoreIntegrity, error) {
+	sent, err := mockSent(ctx, mock.addr, fmt.Sprintf("BC/%d", r))
+	if err != nil {
+		return nil, err
+	}
+	in := &StoreIntegrity{MockRequests: sent.Requests, MockPrompt: sent.PromptTokens, MockCompletion: sent.CompletionTokens}
+	var out strings.Builder
+	q := "SELECT count(), sum(input_tokens), sum(output_tokens) FROM " + db + ".requests FINAL FORMAT TabSeparated"
+	if err := chExec(ctx, base, q, &out); err != nil {
+		return nil, fmt.Errorf("read BC's ledger in ClickHouse: %w", err)
+	}
+	if _, err := fmt.Sscan(out.String(), &in.LedgerRows, &in.LedgerInput, &in.LedgerOutput); err != nil {
+		return nil, fmt.Errorf("read BC's ledger in ClickHouse: %q: %w", out.String(), err)
+	}
+	in.RowsLost = max(0, in.MockRequests-in.LedgerRows)
+	in.TokensMatch = in.MockPrompt == in.LedgerInput && in.MockCompletion == in.LedgerOutput
+	return in, nil
+}
+
+// chExec runs q on the ClickHouse HTTP interface at base, its output (up
+// to 1 MiB) into out when out is not nil.
+func chExec(ctx context.Context, base, q string, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base, strings.NewReader(q))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("ClickHouse answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	_, err = io.Copy(out, io.LimitReader(resp.Body, 1<<20))
+	return err
+}
+
+// redactURL hides a password in a URL for an error message or a report.
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
 }
 
 func ledgerSums(ctx context.Context, path string) (rows, input, output int64, err error) {
