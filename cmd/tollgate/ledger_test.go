@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -78,4 +79,45 @@ func BenchmarkLedger(b *testing.B) {
 	})
 	b.StopTimer()
 	lg.stop()
+}
+
+// TestHeldRecordsFail: when the queue fails, the Records after the
+// durable point come back, in order, and none is lost in a late put.
+func TestHeldRecordsFail(t *testing.T) {
+	h := &heldRecords{m: map[uint64]heldRecord{}}
+	for s := uint64(1); s <= 5; s++ {
+		if s == 4 {
+			continue // an amendment, say: not held
+		}
+		h.put(s, &record.Record{RequestID: string(rune('a' + s))}, 10)
+	}
+	lost, unknown := h.fail(2)
+	var ids []string
+	for _, e := range lost {
+		ids = append(ids, e.r.RequestID)
+	}
+	if strings.Join(ids, ",") != "d,f" || unknown != 1 || h.bytes != 20 {
+		t.Errorf("fail(2) gave back %v and %d entries not held (%d bytes still held); want d,f and 1 (20 bytes)", ids, unknown, h.bytes)
+	}
+	if !h.put(2, &record.Record{}, 10) {
+		t.Error("a late put of a durable entry was refused: it is in the queue")
+	}
+	if h.put(7, &record.Record{}, 10) {
+		t.Error("a late put of an entry after the durable point was accepted: it would be lost")
+	}
+}
+
+// TestSpillBuffer: the memory bound holds, and what is beyond it is counted.
+func TestSpillBuffer(t *testing.T) {
+	var s spillBuffer
+	const size = 1 << 20
+	for range maxSpillBytes/size + 3 {
+		s.add(&record.Record{}, size)
+	}
+	if s.len() != maxSpillBytes/size || s.dropped.Load() != 3 {
+		t.Errorf("%d held, %d dropped; want %d and 3", s.len(), s.dropped.Load(), maxSpillBytes/size)
+	}
+	if got := len(s.take()); got != maxSpillBytes/size || s.len() != 0 || !s.add(&record.Record{}, size) {
+		t.Errorf("take gave %d, left %d, and the room was not freed", got, s.len())
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -262,4 +264,105 @@ upstreams:
 	if _, err := chtest.Exec(context.Background(), ch.URL, "DROP DATABASE IF EXISTS "+db); err != nil {
 		t.Errorf("drop %s: %v", db, err)
 	}
+}
+
+// tmpfs mounts a file system of size bytes on a new directory, unmounted
+// at the end of t, and skips t when that is not allowed (not root, or no
+// mount in this container).
+func tmpfs(t *testing.T, size int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs to fill needs root (CI runs as root)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount -t tmpfs not permitted here: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fill writes a file until the file system it is on is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling %s: %v, want ENOSPC", path, err)
+			}
+			return
+		}
+	}
+}
+
+// TestSpillDiskFull: the write-ahead queue's file system fills up under
+// load (the ledger itself, on another disk, is fine). The proxy keeps
+// serving; the queue's failure is on /metrics and in the log; the Records
+// finished meanwhile are held in memory, and once space is freed the queue
+// is reopened and they reach the ledger: every request a client saw
+// complete has exactly one row, without a restart.
+func TestSpillDiskFull(t *testing.T) {
+	qdir := tmpfs(t, 8<<20)
+	up := startSimServer(t, sim.Config{DecodeBase: 2 * time.Millisecond})
+	dir := t.TempDir()
+	db, addr := filepath.Join(dir, "ledger.db"), freePort(t)
+	cfgPath := filepath.Join(dir, "tollgate.yml")
+	yml := fmt.Sprintf("listen: %s\nshutdown_grace: 20s\nlog: {level: warn}\nstore:\n  sqlite: {path: %s}\n  queue: {dir: %s, commit_timeout: 60s}\nupstreams:\n  - {name: sim, url: %q, engine: vllm}\n",
+		addr, db, filepath.Join(qdir, "queue"), up)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfgPath, addr)
+	// Before the unmount, even when the test fails half way.
+	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
+	stop := make(chan struct{})
+	var completed atomic.Int64
+	done := load(t, addr, stop, &completed)
+	waitFor(t, "50 completed requests", func() bool { return completed.Load() >= 50 })
+
+	filler := filepath.Join(qdir, "filler")
+	fill(t, filler)
+	before := completed.Load()
+	waitFor(t, "200 more completed requests and the queue failure on /metrics", func() bool {
+		return completed.Load() >= before+200 && metric(t, addr, "tollgate_ledger_queue_failures_total") >= 1 &&
+			metric(t, addr, "tollgate_ledger_spilled_records") >= 1
+	})
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the spilled records to be queued again", func() bool {
+		return metric(t, addr, "tollgate_ledger_spilled_records") == 0
+	})
+	close(stop)
+	ids := <-done
+	if d := metric(t, addr, "tollgate_ledger_dropped_records_total"); d != 0 {
+		t.Errorf("tollgate_ledger_dropped_records_total = %v, want 0", d)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Wait(); err != nil {
+		t.Fatalf("gateway exited with %v:\n%s", err, g.log)
+	}
+	log := g.log.String()
+	for _, want := range []string{"write-ahead queue failed", "no space left on device", "write-ahead queue working again"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the gateway's log does not say %q:\n%s", want, log)
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("the gateway's log:\n%s", log)
+	}
+	n := checkLedger(t, db, ids)
+	t.Logf("%d requests completed (%d before the disk filled), %d rows", len(ids), before, n)
 }
