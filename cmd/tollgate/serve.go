@@ -401,6 +401,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		notifier   alert.Notifier = disp
 		lease      *fleet.Lease
 		fleetWin   *fleet.Windows
+		dedup      *fleet.Dedup
 		fleetRedis io.Closer
 	)
 	if rc := cfg.Replicas; rc.Enabled() {
@@ -413,7 +414,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		fleetRedis = rdb
 		flog := log.With("component", "fleet")
 		lease = fleet.NewLease(rdb, fleet.LeaseOptions{Prefix: rc.PrefixOrDefault(), TTL: rc.LeaseOrDefault(), Log: flog, Registerer: reg})
-		notifier = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
+		dedup = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
+		notifier = dedup
 		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{Log: flog})
 		alertWin = fleetWin
 		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
@@ -434,6 +436,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	})
 	if fleetWin != nil {
 		alertsDone.Go(func() { lease.Run(alertCtx) }) // released at shutdown: another replica takes over at once
+		alertsDone.Go(func() { dedup.Run(alertCtx) }) // drains before the notifiers close
 		ev := &fleet.Evaluator{Lease: lease, Windows: fleetWin, Lag: fleetLag, Log: log.With("component", "alerts"),
 			Eval: func(ctx context.Context, now time.Time) { alerts.Eval(ctx, now) }}
 		alertsDone.Go(func() { ev.Run(alertCtx, cfg.Alerts.Interval) })

@@ -34,12 +34,17 @@ return 1
 // repeat of a firing alert after Repeat goes through. When Redis does not
 // answer, the notification is sent: a duplicate page is better than a
 // lost one.
+//
+// Notify never waits for Redis: quota alerts are raised on the request
+// path. It queues the alert for Run, which claims and hands over in
+// order; with the queue full the alert is handed over unclaimed.
 type Dedup struct {
 	next   alert.Notifier
 	rdb    *redis.Client
 	prefix string
 	ttl    time.Duration
 	log    *slog.Logger
+	queue  chan alert.Alert
 
 	dropped prometheus.Counter
 	errs    prometheus.Counter
@@ -62,14 +67,14 @@ func NewDedup(next alert.Notifier, rdb *redis.Client, o DedupOptions) *Dedup {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	d := &Dedup{next: next, rdb: rdb, prefix: o.Prefix + ":alert-sent:", ttl: o.Repeat - o.Repeat/10, log: o.Log,
+	d := &Dedup{next: next, rdb: rdb, prefix: o.Prefix + ":alert-sent:", ttl: o.Repeat - o.Repeat/10, log: o.Log, queue: make(chan alert.Alert, 1024),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_alert_notifications_deduplicated_total",
 			Help: "Alert notifications not sent because another replica (or an earlier leader) sent the same state and severity.",
 		}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_alert_dedup_errors_total",
-			Help: "Alert notifications sent without the fleet-wide deduplication because Redis did not answer.",
+			Help: "Alert notifications sent without the fleet-wide deduplication because Redis did not answer or the dedup queue was full.",
 		}),
 	}
 	if o.Registerer != nil {
@@ -78,8 +83,43 @@ func NewDedup(next alert.Notifier, rdb *redis.Client, o DedupOptions) *Dedup {
 	return d
 }
 
-// Notify sends a unless the fleet sent the same already.
-func (d *Dedup) Notify(ctx context.Context, a alert.Alert) {
+// Notify queues a for Run, without blocking.
+func (d *Dedup) Notify(_ context.Context, a alert.Alert) {
+	select {
+	case d.queue <- a:
+	default:
+		d.errs.Inc()
+		d.log.Warn("alert deduplication queue full; sending without it", "rule", a.Rule, "state", a.State)
+		d.next.Notify(context.Background(), a)
+	}
+}
+
+// Run sends what Notify queued unless the fleet sent it already, until
+// ctx ends; then it handles what is still queued (each claim bounded by
+// a short timeout) and returns.
+func (d *Dedup) Run(ctx context.Context) {
+	for {
+		select {
+		case a := <-d.queue:
+			d.send(a)
+		case <-ctx.Done():
+			for {
+				select {
+				case a := <-d.queue:
+					d.send(a)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// send claims a and hands it over. Not under Run's context: what was
+// queued before shutdown is still claimed (each claim bounded by its own
+// timeout) rather than sent unclaimed.
+func (d *Dedup) send(a alert.Alert) {
+	ctx := context.Background()
 	if d.claim(ctx, a) {
 		d.next.Notify(ctx, a)
 	}

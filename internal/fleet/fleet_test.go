@@ -144,7 +144,7 @@ func TestDedup(t *testing.T) {
 	}
 	for _, a := range steps {
 		for _, d := range ds {
-			d.Notify(ctx, a)
+			d.send(a) // what Run does with each queued alert
 		}
 	}
 	want := []string{"f1 firing warning", "f2 firing warning", "f1 firing critical", "f1 resolved critical", "f1 firing critical"}
@@ -166,9 +166,38 @@ func TestDedup(t *testing.T) {
 
 	srv.Kill(t)
 	rec.sent = nil
-	ds[0].Notify(ctx, alert.Alert{Fingerprint: "f3", State: alert.Firing, Severity: alert.Warning})
+	ds[0].send(alert.Alert{Fingerprint: "f3", State: alert.Firing, Severity: alert.Warning})
 	if len(rec.sent) != 1 || testutil.ToFloat64(ds[0].errs) != 1 {
 		t.Errorf("with Redis down: sent %v, errors %v; want it sent and counted", rec.sent, testutil.ToFloat64(ds[0].errs))
+	}
+}
+
+// Notify only queues (quota alerts are raised on the request path, which
+// must not wait for Redis); Run claims and sends in order, and drains the
+// queue when stopped. A full queue sends unclaimed rather than lose one.
+func TestDedupQueue(t *testing.T) {
+	srv := redistest.Start(t, false)
+	rec := &recorder{}
+	d := NewDedup(rec, srv.Client(t), DedupOptions{Prefix: srv.Prefix(t)})
+	fire := alert.Alert{Fingerprint: "q1", State: alert.Firing, Severity: alert.Warning}
+	for range cap(d.queue) {
+		d.Notify(t.Context(), fire)
+	}
+	if len(rec.sent) != 0 {
+		t.Fatalf("sent before Run: %v", rec.sent)
+	}
+	d.Notify(t.Context(), alert.Alert{Fingerprint: "q2", State: alert.Firing, Severity: alert.Warning}) // queue full
+	if !slices.Equal(rec.sent, []string{"q2 firing warning"}) || testutil.ToFloat64(d.errs) != 1 {
+		t.Fatalf("with the queue full: sent %v, errors %v", rec.sent, testutil.ToFloat64(d.errs))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // Run drains what is queued, then returns
+	d.Run(ctx)
+	if want := []string{"q2 firing warning", "q1 firing warning"}; !slices.Equal(rec.sent, want) {
+		t.Errorf("sent %v, want %v (the %d queued copies of q1 sent once)", rec.sent, want, cap(d.queue))
+	}
+	if n := testutil.ToFloat64(d.dropped); n != float64(cap(d.queue)-1) {
+		t.Errorf("dropped %v, want %d", n, cap(d.queue)-1)
 	}
 }
 
