@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
@@ -78,6 +79,10 @@ type Options struct {
 	// upstreams' connect timeout is then Dial's own business. Nil: the
 	// normal TCP dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Capture writes the captures of slow or failed requests (the store's
+	// AddCaptures), from a worker off the request path; required when
+	// Config.Capture is enabled, unused otherwise.
+	Capture func(context.Context, []*capture.Capture) error
 }
 
 // Gateway is the proxy.
@@ -104,6 +109,7 @@ type Gateway struct {
 	amend    func(string, record.EngineTiming)
 	export   func(*record.Record)
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
+	capture  *capturer       // nil unless capture.enabled
 	stop     chan struct{}
 	stopOnce sync.Once
 }
@@ -153,6 +159,14 @@ func New(o Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
 	}
+	if o.Config.Capture.Enabled {
+		c, err := newCapturer(o.Config.Capture, o.Capture, o.Registerer, o.Log.With("part", "capture"))
+		if err != nil {
+			return nil, err
+		}
+		g.capture = c
+		go c.run(g.stop)
+	}
 	g.counters = newCounters(o.Config.Tokenizers, o.Log)
 	g.counters.preload()
 	go g.runChecks()
@@ -181,10 +195,14 @@ func (g *Gateway) Handler() http.Handler { return g.mux }
 // balancers stop sending, while in-flight requests finish.
 func (g *Gateway) Drain() { g.draining.Store(true) }
 
-// Close releases idle upstream connections and stops background checks.
+// Close releases idle upstream connections and stops background checks;
+// captures still queued are written before it returns.
 func (g *Gateway) Close() {
 	g.routes.closeIdle()
 	g.stopOnce.Do(func() { close(g.stop) })
+	if g.capture != nil {
+		<-g.capture.done
+	}
 }
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
@@ -301,6 +319,9 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	if adm != nil {
 		ex.rate = adm.rate
 	}
+	if g.capture != nil {
+		ex.capBuf = g.capture.buf()
+	}
 	attempts := min(len(cands), g.cfg.Retry.Attempts)
 	var done []*record.Record
 	defer func() { adm.settle(done) }()
@@ -316,6 +337,9 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 		ex.finished = false
 		done = append(done, cur)
+		if ex.capBuf != nil {
+			g.capture.offer(cur, body, ex.capBuf)
+		}
 		if !retry {
 			g.maybeCheck(cur, ct, body)
 			return

@@ -52,9 +52,10 @@ type exchange struct {
 	cacheKey   [32]byte    // response cache key; zero when not cacheable
 	trace      traceContext
 	since      func() time.Duration
-	finished   bool  // the current attempt's Record was already handed on
-	prio       int   // place in upstream queues (admission.priorities)
-	inTokens   int64 // input estimate; picks the long-input lane (0 when no lane needs it)
+	finished   bool        // the current attempt's Record was already handed on
+	prio       int         // place in upstream queues (admission.priorities)
+	inTokens   int64       // input estimate; picks the long-input lane (0 when no lane needs it)
+	capBuf     *captureBuf // what a capture would keep; nil unless capture.enabled
 }
 
 // complete ends a successful response: the Record is finished and made
@@ -267,6 +268,9 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					if ex.ct != nil {
 						text.add(ev.Data)
 					}
+					if ex.capBuf != nil {
+						ex.capBuf.chunk(ev.Data)
+					}
 					if tl.written == 0 {
 						rec.Marks.FirstUpstreamToken = ex.since()
 						rec.FirstChunkBytes = c.Content
@@ -397,6 +401,9 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 	if int64(len(body)) > limit {
 		ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream response is larger than limits.max_response_bytes")
 		return
+	}
+	if ex.capBuf != nil {
+		ex.capBuf.resp = body
 	}
 	ok := resp.StatusCode < 400
 	if ok {
