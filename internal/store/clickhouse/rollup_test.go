@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -304,4 +305,45 @@ func TestPruneMarks(t *testing.T) {
 	if n := requestsOf(t, s, store.ReportQuery{}); n != 4 {
 		t.Errorf("report = %d requests, want 4", n)
 	}
+}
+
+// BenchmarkRollup: the roll-up pass over a month of records, every piece
+// marked (as after a replay of the month), and a month report read from
+// the rollups. ns/op is one whole pass or one report.
+func BenchmarkRollup(b *testing.B) {
+	s := openTest(b)
+	ctx := b.Context()
+	const n = 20000
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	recs := make([]*record.Record, n)
+	for i := range recs {
+		r := storetest.Record(i)
+		r.Arrival = start.Add(time.Duration(i) * 30 * 24 * time.Hour / n)
+		r.Finish()
+		recs[i] = r
+	}
+	for chunk := range slices.Chunk(recs, 1000) {
+		if err := s.Insert(ctx, chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("pass", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.mark(ctx, recs); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.RollUp(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("report", func(b *testing.B) {
+		q := store.ReportQuery{GroupBy: []store.Dim{store.DimUser, store.DimMonth}}
+		for b.Loop() {
+			if _, err := s.Report(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
