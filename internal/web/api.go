@@ -51,6 +51,9 @@ type Options struct {
 	// Reconciliations are the kept bill reconciliation runs; nil answers
 	// an empty list.
 	Reconciliations Reconciliations
+	// Captures are the captured text of slow or failed requests, read by
+	// admin tokens only (captures.go); nil answers 404.
+	Captures store.Captures
 }
 
 // API is the /api/v1/ handler.
@@ -89,6 +92,8 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/quotas", a.read(a.quotas))
 	a.mux.HandleFunc("GET /api/v1/reconciliations", a.read(a.listReconciliations))
 	a.mux.HandleFunc("GET /api/v1/reconciliations/{id}", a.read(a.getReconciliation))
+	a.mux.HandleFunc("GET /api/v1/captures", a.admin(a.listCaptures))
+	a.mux.HandleFunc("GET /api/v1/captures/{id}", a.admin(a.getCapture))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -1,0 +1,122 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/capture"
+	"github.com/tollgate-dev/tollgate/internal/report"
+	"github.com/tollgate-dev/tollgate/internal/store"
+)
+
+// The captures (capture.enabled: the redacted text of slow or failed
+// requests) are the API's one admin-only resource: a read token, which
+// sees every figure of the ledger, gets 403 here.
+
+// admin lets admin tokens through; read tokens get 403, no token 401.
+func (a *API) admin(h http.HandlerFunc) http.HandlerFunc {
+	return a.read(func(w http.ResponseWriter, r *http.Request) {
+		if a.role(r) != RoleAdmin {
+			writeErr(w, http.StatusForbidden, "forbidden", "captured request text needs an admin token (api.tokens[].role: admin)")
+			return
+		}
+		h(w, r)
+	})
+}
+
+// captureView is a capture as the API shows it; the bodies are omitted
+// from listings.
+type captureView struct {
+	RequestID         string    `json:"request_id"`
+	At                time.Time `json:"at"`
+	Reason            string    `json:"reason"`
+	RequestBytes      int       `json:"request_bytes"`
+	ResponseBytes     int       `json:"response_bytes"`
+	RequestTruncated  bool      `json:"request_truncated"`
+	ResponseTruncated bool      `json:"response_truncated"`
+	Request           *string   `json:"request,omitempty"`
+	Response          *string   `json:"response,omitempty"`
+}
+
+func viewCapture(c *capture.Capture, bodies bool) captureView {
+	v := captureView{RequestID: c.RequestID, At: c.At, Reason: c.Reason, RequestBytes: len(c.Request), ResponseBytes: len(c.Response),
+		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
+	if bodies {
+		req, resp := string(c.Request), string(c.Response)
+		v.Request, v.Response = &req, &resp
+	}
+	return v
+}
+
+func (a *API) noCaptures(w http.ResponseWriter) bool {
+	if a.o.Captures == nil {
+		writeErr(w, http.StatusNotFound, "not_found", "this store keeps no captures")
+		return true
+	}
+	return false
+}
+
+// listCaptures: GET /api/v1/captures?since=&until=&reason=failed|slow&limit=
+// (admin only) — newest first, without bodies.
+func (a *API) listCaptures(w http.ResponseWriter, r *http.Request) {
+	if a.noCaptures(w) {
+		return
+	}
+	q := r.URL.Query()
+	f := store.CaptureFilter{Reason: q.Get("reason")}
+	var err error
+	parse := func(name string, fn func(string) error) {
+		if v := q.Get(name); v != "" && err == nil {
+			if e := fn(v); e != nil {
+				err = errors.New(name + ": " + e.Error())
+			}
+		}
+	}
+	parse("since", func(v string) (e error) { f.Since, e = report.ParseTime(v, a.o.Loc); return })
+	parse("until", func(v string) (e error) { f.Until, e = report.ParseTime(v, a.o.Loc); return })
+	parse("limit", func(v string) (e error) {
+		f.Limit, e = strconv.Atoi(v)
+		if e == nil && (f.Limit < 1 || f.Limit > 1000) {
+			e = errors.New("must be 1–1000")
+		}
+		return
+	})
+	if f.Reason != "" && f.Reason != "failed" && f.Reason != "slow" {
+		err = errors.New("reason: must be failed or slow")
+	}
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_filter", err.Error())
+		return
+	}
+	cs, err := a.o.Captures.Captures(r.Context(), f)
+	if err != nil {
+		a.o.Log.Error("list captures", "err", err)
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the captures")
+		return
+	}
+	out := make([]captureView, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, viewCapture(c, false))
+	}
+	writeJSON(w, map[string]any{"captures": out})
+}
+
+// getCapture: GET /api/v1/captures/{id} (admin only) — one capture with
+// its redacted bodies.
+func (a *API) getCapture(w http.ResponseWriter, r *http.Request) {
+	if a.noCaptures(w) {
+		return
+	}
+	c, err := a.o.Captures.Capture(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeErr(w, http.StatusNotFound, "not_found", "no capture of request "+strconv.Quote(r.PathValue("id")))
+	case err != nil:
+		a.o.Log.Error("get capture", "err", err)
+		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the captures")
+	default:
+		writeJSON(w, viewCapture(c, true))
+	}
+}
