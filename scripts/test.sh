@@ -57,6 +57,13 @@ export TOLLGATE_JAEGER
 TOLLGATE_UI_SCREENSHOTS="${TOLLGATE_UI_SCREENSHOTS:-$PWD/testdata-out/ui-screenshots}"
 export TOLLGATE_UI_SCREENSHOTS
 
+# tools/mockllm: @dwmkerr/mock-llm, a third-party OpenAI mock (node), pinned
+# by its package-lock.json; TestFaultTable (internal/gateway) runs it on
+# loopback for its mock-llm rows, which are skipped without node_modules.
+echo "== npm ci (tools/mockllm)"
+command -v npm >/dev/null || { echo "scripts/test.sh: npm (node 20 or later) is needed for tools/mockllm" >&2; exit 1; }
+(cd tools/mockllm && npm ci --no-audit --no-fund --silent)
+
 echo "== go test -race"
 go test -race -count=1 ./...
 
