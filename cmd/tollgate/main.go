@@ -117,6 +117,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(rest) > 0 && rest[0] == "overhead" {
 			return runBenchOverhead(ctx, rest[1:], stdout, stderr)
 		}
+		if len(rest) > 0 && rest[0] == "soak" {
+			return runBenchSoak(ctx, rest[1:], stdout, stderr)
+		}
 		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "tollgate", version())
