@@ -1,9 +1,17 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
+	"html"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
 // apiError is an error the gateway answers itself, rendered in the OpenAI
@@ -65,4 +73,167 @@ func streamError(e *apiError) []byte {
 
 func badRequest(param, msg string) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
+}
+
+// maxEngineText bounds how much of an engine's error text a re-wrapped
+// error carries: enough for "context length exceeded" or an nginx title,
+// not a whole HTML page.
+const maxEngineText = 300
+
+// engineError re-wraps an engine's error answer (status >= 400) that is
+// not in OpenAI's shape — vLLM's flat {"object":"error",…}, TGI's
+// {"error":"…","error_type":…}, an HTML page from a proxy, plain text, an
+// empty body — into an OpenAI-style error with the same status, so SDKs
+// surface the engine's words instead of a parse failure or an empty
+// message. It returns nil for a body already in OpenAI's shape
+// ({"error":{"message":…}}), which is relayed unchanged. secrets (the
+// upstream's key, the client's credential) are cut out of the text.
+func engineError(status int, body []byte, upstream string, secrets ...string) *apiError {
+	if openAIShaped(body) {
+		return nil
+	}
+	typ := "server_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ = "requests" // OpenAI's type for rate limits, as the gateway's own 429s
+	case status < 500:
+		typ = "invalid_request_error"
+	}
+	msg := "upstream " + upstream + " answered " + strconv.Itoa(status)
+	if st := http.StatusText(status); st != "" {
+		msg += " " + st
+	}
+	return &apiError{Status: status, Type: typ, Code: record.ErrUpstreamStatus, Message: withEngineText(msg, body, secrets)}
+}
+
+// engineEventError is engineError for an error event in a stream (TGI
+// sends {"error":"…","error_type":…} events): nil when the event is
+// already OpenAI-shaped, else the event that replaces it.
+func engineEventError(data []byte, upstream string, secrets ...string) *apiError {
+	if openAIShaped(data) {
+		return nil
+	}
+	msg := withEngineText("upstream "+upstream+" sent an error event", data, secrets)
+	return &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: record.ErrUpstreamStatus, Message: msg}
+}
+
+func withEngineText(msg string, body []byte, secrets []string) string {
+	if text := bound(redact(engineText(body), secrets)); text != "" {
+		return msg + ": " + text
+	}
+	return msg + " with an empty body"
+}
+
+// openAIShaped says whether body is {"error":{"message":"…",…}}.
+func openAIShaped(body []byte) bool {
+	var v struct {
+		Error *struct {
+			Message *string `json:"message"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != nil
+}
+
+// engineText is the human part of an engine's error body, on one line.
+func engineText(body []byte) string {
+	body = bytes.TrimSpace(body)
+	var s string
+	var v any
+	switch {
+	case len(body) == 0:
+		return ""
+	case json.Unmarshal(body, &v) == nil:
+		s = jsonErrorText(v, body)
+	case body[0] == '<':
+		s = htmlText(body)
+	default:
+		s = string(body)
+	}
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }), " ")
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// bound cuts s to maxEngineText bytes on a rune boundary. It runs after
+// redact so that a secret is never cut into a piece redact cannot see.
+func bound(s string) string {
+	if len(s) > maxEngineText {
+		cut := maxEngineText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// jsonErrorText takes the message out of the error shapes engines use:
+// {"message":…} (vLLM before 0.10, with "type"), {"error":"…"} (TGI with
+// "error_type", Ollama), {"detail":…} (FastAPI), a bare string; any other
+// JSON is kept whole (compacted).
+func jsonErrorText(v any, raw []byte) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	m, _ := v.(map[string]any)
+	for _, k := range []string{"message", "error", "detail"} {
+		s, ok := m[k].(string)
+		if !ok || s == "" {
+			continue
+		}
+		for _, tk := range []string{"error_type", "type"} {
+			if t, ok := m[tk].(string); ok && t != "" && t != s {
+				return s + " (" + t + ")"
+			}
+		}
+		return s
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// htmlText is the text of an HTML error page (a proxy's 502 page): tags,
+// scripts and styles dropped, entities decoded.
+func htmlText(b []byte) string {
+	var out strings.Builder
+	s := string(b)
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '<')
+		if i < 0 {
+			out.WriteString(s)
+			break
+		}
+		out.WriteString(s[:i])
+		out.WriteByte(' ')
+		s = s[i:]
+		lower := strings.ToLower(s)
+		for _, skip := range []string{"script", "style"} {
+			if strings.HasPrefix(lower, "<"+skip) {
+				if j := strings.Index(lower, "</"+skip); j >= 0 {
+					s, lower = s[j:], lower[j:]
+				}
+			}
+		}
+		j := strings.IndexByte(s, '>')
+		if j < 0 {
+			break
+		}
+		s = s[j+1:]
+	}
+	return html.UnescapeString(out.String())
+}
+
+// tokenLike matches bearer tokens and OpenAI-style keys an engine or a
+// proxy might echo back in an error ("Incorrect API key provided: sk-…").
+var tokenLike = regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{8,}`)
+
+func redact(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return tokenLike.ReplaceAllString(s, "[redacted]")
 }

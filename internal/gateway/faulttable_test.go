@@ -24,10 +24,19 @@ import (
 )
 
 // The upstream fault table of docs/reliability.md: every fault the
-// simulator can inject, plus a refused connection, goes through a real
-// gateway on loopback; each row asserts what the client got and what was
-// recorded, and the rendered table must equal the one in the doc
-// (go test ./internal/gateway -run TestFaultTable -update rewrites it).
+// simulator can inject, plus a refused connection, then the answers and
+// errors of a third-party mock (mock-llm, see mockllm_test.go) and of an
+// http stub, each through a real gateway on loopback; each row asserts
+// what the client got and what was recorded, and the rendered table must
+// equal the one in the doc (go test ./internal/gateway -run TestFaultTable
+// -update rewrites it).
+
+// Who produces the fault: the table's first column.
+const (
+	upSim  = "simulator"
+	upMock = "mock-llm"
+	upStub = "http stub"
+)
 
 const (
 	faultDoc        = "../../docs/reliability.md"
@@ -154,17 +163,24 @@ func refusedConfig(t *testing.T, fs *faultSim, retry bool) *config.Config {
 }
 
 type faultRow struct {
-	fault  string // the table's first column
-	inject string // X-Sim-Fault for the first attempt; "" for a refused connection
-	stream bool
-	retry  bool
+	upstream string // upSim, upMock or upStub: who produces the fault
+	fault    string // the table's fault column
+	inject   string // simulator: X-Sim-Fault for the first attempt; "" for a refused connection
+	content  string // mock-llm: the user message (it names the mock's rule)
+	stub     string // http stub: the answer (stubAnswers)
+	stream   bool
+	retry    bool
+	gw       *testGateway // mock-llm and stub rows: the gateway to send through
 
 	// What the client must see.
 	status     int    // HTTP status
-	code       string // gateway error code (error.code), or "" when the engine's body is relayed / none
-	engineType string // the engine's error type when its body is relayed
+	code       string // gateway error code (error.code), or "" when the engine's error is relayed / none
+	engineType string // the engine's own OpenAI-style error type when it is relayed unchanged
+	wrapType   string // the OpenAI type of the gateway's re-wrapping of an engine's error
+	engineText string // re-wrapped: the engine's words its message must keep
+	retryAfter string // the Retry-After header the client must get
 	midStream  bool   // the stream started (200) and ends with an error event, no [DONE]
-	chunks     int    // content chunks before the error event
+	chunks     int    // content chunks before the error event (or of a whole stream)
 
 	// What must be recorded, one per attempt.
 	attempts []faultAttempt
@@ -219,21 +235,21 @@ func TestFaultTable(t *testing.T) {
 		{fault: "invalid JSON body", inject: "malformed-after=0", retry: true, status: 502, code: record.ErrMalformed,
 			attempts: []faultAttempt{{502, record.ErrMalformed, 0, record.SourceNone}}},
 
-		{fault: "429", inject: "status=429", status: 429, engineType: "RateLimitError",
+		{fault: "429", inject: "status=429", status: 429, wrapType: "requests", engineText: simText429,
 			attempts: []faultAttempt{{429, record.ErrUpstreamStatus, 0, record.SourceNone}}},
-		{fault: "429", inject: "status=429", stream: true, status: 429, engineType: "RateLimitError",
+		{fault: "429", inject: "status=429", stream: true, status: 429, wrapType: "requests", engineText: simText429,
 			attempts: []faultAttempt{{429, record.ErrUpstreamStatus, 0, record.SourceNone}}},
 		{fault: "429", inject: "status=429", retry: true, status: 200,
 			attempts: []faultAttempt{{429, record.ErrUpstreamStatus, 0, record.SourceNone}, ok(20)}},
 		{fault: "429", inject: "status=429", stream: true, retry: true, status: 200,
 			attempts: []faultAttempt{{429, record.ErrUpstreamStatus, 0, record.SourceNone}, ok(20)}},
-		{fault: "500", inject: "error=500", status: 500, engineType: "InternalServerError",
+		{fault: "500", inject: "error=500", status: 500, wrapType: "server_error", engineText: simText500,
 			attempts: []faultAttempt{{500, record.ErrUpstreamStatus, 0, record.SourceNone}}},
-		{fault: "500 (not in on_status)", inject: "error=500", retry: true, status: 500, engineType: "InternalServerError",
+		{fault: "500 (not in on_status)", inject: "error=500", retry: true, status: 500, wrapType: "server_error", engineText: simText500,
 			attempts: []faultAttempt{{500, record.ErrUpstreamStatus, 0, record.SourceNone}}},
-		{fault: "503", inject: "error=503", status: 503, engineType: "ServiceUnavailableError",
+		{fault: "503", inject: "error=503", status: 503, wrapType: "server_error", engineText: simText503,
 			attempts: []faultAttempt{{503, record.ErrUpstreamStatus, 0, record.SourceNone}}},
-		{fault: "503", inject: "error=503", stream: true, status: 503, engineType: "ServiceUnavailableError",
+		{fault: "503", inject: "error=503", stream: true, status: 503, wrapType: "server_error", engineText: simText503,
 			attempts: []faultAttempt{{503, record.ErrUpstreamStatus, 0, record.SourceNone}}},
 		{fault: "503", inject: "error=503", retry: true, status: 200,
 			attempts: []faultAttempt{{503, record.ErrUpstreamStatus, 0, record.SourceNone}, ok(20)}},
@@ -241,21 +257,39 @@ func TestFaultTable(t *testing.T) {
 			attempts: []faultAttempt{{503, record.ErrUpstreamStatus, 0, record.SourceNone}, ok(20)}},
 	}
 
+	for i := range rows {
+		rows[i].upstream = upSim
+	}
+	skipped := map[string]bool{}
+	if url, why := mockLLM(t); why != "" {
+		skipped[upMock] = true
+		t.Run(upMock, func(t *testing.T) { t.Skip(why) })
+	} else {
+		rows = append(rows, mockRows(t, url)...)
+	}
+	rows = append(rows, stubRows(t)...)
+
 	var table strings.Builder
-	table.WriteString("| Fault | Request | Retry | Client sees | Recorded (per attempt) |\n")
-	table.WriteString("|---|---|---|---|---|\n")
+	filtered := false
+	table.WriteString("| Upstream | Fault | Request | Retry | Client sees | Recorded (per attempt) |\n")
+	table.WriteString("|---|---|---|---|---|---|\n")
 	for _, row := range rows {
-		name := fmt.Sprintf("%s/stream=%v/retry=%v", row.fault, row.stream, row.retry)
+		name := fmt.Sprintf("%s/%s/stream=%v/retry=%v", row.upstream, row.fault, row.stream, row.retry)
 		var sees, recorded string
-		t.Run(name, func(t *testing.T) {
+		ran := t.Run(name, func(t *testing.T) {
 			tg := gw[row.retry]
-			if row.inject == "" {
+			if row.gw != nil {
+				tg = row.gw
+			} else if row.inject == "" {
 				// A new gateway per refused row: its router's first pick
 				// is fixed, so the closed upstream is tried first.
 				tg = newTestGateway(t, refusedConfig(t, fs, row.retry))
 			}
 			sees, recorded = runFaultRow(t, tg, row)
 		})
+		if !ran && !t.Failed() {
+			filtered = true // by -run: the table is incomplete
+		}
 		mode := "non-streamed"
 		if row.stream {
 			mode = "streamed"
@@ -264,17 +298,28 @@ func TestFaultTable(t *testing.T) {
 		if row.retry {
 			retry = "on"
 		}
-		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s |\n", row.fault, mode, retry, sees, recorded)
+		fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s |\n", row.upstream, row.fault, mode, retry, sees, recorded)
 	}
-	if t.Failed() {
-		return // the table is only compared or written when every row passed
+	if t.Failed() || filtered {
+		return // the table is only compared or written when every row ran and passed
 	}
-	checkFaultDoc(t, table.String())
+	checkFaultDoc(t, table.String(), skipped)
 }
+
+// The simulator's error texts, which a re-wrapped error must keep.
+const (
+	simText429 = "simulated fault: rate limit exceeded, please retry later (RateLimitError)"
+	simText500 = "simulated fault: internal server error (InternalServerError)"
+	simText503 = "simulated fault: service unavailable (ServiceUnavailableError)"
+)
 
 func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded string) {
 	t.Helper()
-	body := `{"model":"` + simModel + `","messages":[{"role":"user","content":"Tell me about returns."}]`
+	content := "Tell me about returns."
+	if row.content != "" {
+		content = row.content
+	}
+	body := `{"model":"` + simModel + `","messages":[{"role":"user","content":"` + content + `"}]`
 	if row.stream {
 		body += `,"stream":true`
 	}
@@ -282,6 +327,9 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 	hdr := map[string]string{sim.OutputTokensHeader: faultOutTokens}
 	if row.inject != "" {
 		hdr[firstFaultHeader] = row.inject
+	}
+	if row.stub != "" {
+		hdr[stubHeader] = row.stub
 	}
 	resp := post(t, tg.URL+"/v1/chat/completions", body, hdr)
 	b := readAll(t, resp)
@@ -291,26 +339,31 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 	if resp.StatusCode != row.status {
 		t.Fatalf("client status %d, want %d: %s", resp.StatusCode, row.status, b)
 	}
+	if got := resp.Header.Get("Retry-After"); got != row.retryAfter {
+		t.Errorf("Retry-After %q, want %q", got, row.retryAfter)
+	}
+	retryAfter := ""
+	if row.retryAfter != "" {
+		retryAfter = ", `Retry-After: " + row.retryAfter + "` kept"
+	}
 	switch {
 	case row.midStream:
 		chunks, last, done := readStream(t, b)
 		if done {
 			t.Errorf("stream ended with [DONE] after a fault: %s", b)
 		}
-		var e struct {
-			Error struct{ Type, Code string }
-		}
-		if err := json.Unmarshal([]byte(last), &e); err != nil || e.Error.Code != row.code || e.Error.Type != "server_error" {
-			t.Errorf("last event %q, want an error event with code %s", last, row.code)
-		}
 		if chunks != row.chunks {
 			t.Errorf("%d content chunks before the error, want %d", chunks, row.chunks)
 		}
-		sees = fmt.Sprintf("200, %d chunks, then `data: {\"error\":{\"type\":\"%s\",\"code\":\"%s\"}}` and end of stream (no `[DONE]`)", chunks, e.Error.Type, e.Error.Code)
+		shown, note := checkErrorBody(t, row, []byte(last))
+		sees = fmt.Sprintf("200, %d chunks, then `data: %s`%s and end of stream (no `[DONE]`)", chunks, shown, note)
 	case row.status == 200 && row.stream:
 		chunks, last, done := readStream(t, b)
 		if !done || last != "[DONE]" {
 			t.Errorf("stream did not end with [DONE]: %s", b)
+		}
+		if row.chunks != 0 && chunks != row.chunks {
+			t.Errorf("%d content chunks, want %d", chunks, row.chunks)
 		}
 		sees = fmt.Sprintf("200, complete stream (%d chunks, `[DONE]`)", chunks)
 	case row.status == 200:
@@ -323,28 +376,17 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 		if err := json.Unmarshal(b, &c); err != nil || c.Object != "chat.completion" {
 			t.Errorf("not a completion: %s", b)
 		}
-		sees = fmt.Sprintf("200, complete `chat.completion` (%d tokens)", c.Usage.CompletionTokens)
-	case row.code != "":
-		var e struct {
-			Error struct{ Type, Code string }
+		if c.Usage.CompletionTokens != 0 {
+			sees = fmt.Sprintf("200, complete `chat.completion` (%d tokens)", c.Usage.CompletionTokens)
+		} else {
+			sees = "200, complete `chat.completion` (no `usage`)"
 		}
-		if err := json.Unmarshal(b, &e); err != nil || e.Error.Code != row.code || e.Error.Type != "server_error" {
-			t.Errorf("body %s, want an OpenAI error with code %s", b, row.code)
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+	default:
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 			t.Errorf("error Content-Type %q", ct)
 		}
-		sees = fmt.Sprintf("%d `{\"error\":{\"type\":\"%s\",\"code\":\"%s\"}}`", resp.StatusCode, e.Error.Type, e.Error.Code)
-	default:
-		// An engine's own error answer is relayed as is.
-		var e struct {
-			Object, Type string
-			Code         int
-		}
-		if err := json.Unmarshal(b, &e); err != nil || e.Object != "error" || e.Type != row.engineType || e.Code != row.status {
-			t.Errorf("body %s, want the engine's %s error", b, row.engineType)
-		}
-		sees = fmt.Sprintf("%d, the engine's error body relayed (`\"type\":\"%s\"`)", resp.StatusCode, e.Type)
+		shown, note := checkErrorBody(t, row, b)
+		sees = fmt.Sprintf("%d `%s`%s%s", resp.StatusCode, shown, note, retryAfter)
 	}
 
 	// The Records: one per attempt, all of this request.
@@ -368,7 +410,7 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 			t.Errorf("attempt %d: recorded %d %q, %d output tokens (%s); want %d %q, %d (%s)", i+1,
 				r.Status, r.ErrorType, r.Usage.OutputTokens, r.Usage.Source, want.status, want.errorType, want.out, want.source)
 		}
-		if row.inject == "" && i == 0 && r.Upstream != "closed" {
+		if row.upstream == upSim && row.inject == "" && i == 0 && r.Upstream != "closed" {
 			t.Errorf("first attempt went to %s, want the closed upstream", r.Upstream)
 		}
 		if r.Stream != row.stream {
@@ -388,6 +430,43 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 		parts = append(parts, p)
 	}
 	return sees, strings.Join(parts, "; ")
+}
+
+// checkErrorBody checks an error answer or error event against the row:
+// the gateway's own error (code), the engine's OpenAI-style error relayed
+// unchanged (engineType) or the engine's error re-wrapped (wrapType,
+// keeping engineText). It returns the error for the table and a note.
+func checkErrorBody(t *testing.T, row faultRow, b []byte) (shown, note string) {
+	t.Helper()
+	var e struct {
+		Error *struct {
+			Message string
+			Type    string
+			Code    any
+		}
+	}
+	if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
+		t.Errorf("%s is not an OpenAI-style error with a message", b)
+		return "", ""
+	}
+	switch {
+	case row.code != "":
+		if e.Error.Code != row.code || e.Error.Type != "server_error" {
+			t.Errorf("error %s, want type server_error, code %s", b, row.code)
+		}
+		return fmt.Sprintf(`{"error":{"type":"%s","code":"%s"}}`, e.Error.Type, e.Error.Code), ""
+	case row.engineType != "":
+		if e.Error.Type != row.engineType || e.Error.Code == record.ErrUpstreamStatus {
+			t.Errorf("error %s, want the engine's own %s error unchanged", b, row.engineType)
+		}
+		return fmt.Sprintf(`{"error":{"type":"%s",…}}`, e.Error.Type), " (the engine's own, relayed unchanged)"
+	default:
+		if e.Error.Type != row.wrapType || e.Error.Code != record.ErrUpstreamStatus || !strings.Contains(e.Error.Message, row.engineText) {
+			t.Errorf("error %s, want type %s, code %s, a message with %q", b, row.wrapType, record.ErrUpstreamStatus, row.engineText)
+		}
+		return fmt.Sprintf(`{"error":{"type":"%s","code":"%s"}}`, e.Error.Type, record.ErrUpstreamStatus),
+			" (re-wrapped; the message keeps `" + row.engineText + "`)"
+	}
 }
 
 // readStream returns the number of content chunks, the last data payload
@@ -420,7 +499,9 @@ func readStream(t *testing.T, b []byte) (chunks int, last string, done bool) {
 
 // checkFaultDoc compares the table with the one between the markers of
 // docs/reliability.md, or rewrites it with -update.
-func checkFaultDoc(t *testing.T, table string) {
+// Rows of an upstream in skipped (mock-llm without node) are left out of
+// the comparison, and the doc is then never rewritten.
+func checkFaultDoc(t *testing.T, table string, skipped map[string]bool) {
 	t.Helper()
 	doc, err := os.ReadFile(faultDoc)
 	if err != nil {
@@ -434,8 +515,21 @@ func checkFaultDoc(t *testing.T, table string) {
 	}
 	cur := s[i+len(faultTableBegin) : j]
 	want := "\n" + table
+	if len(skipped) > 0 {
+		var kept []string
+		for _, line := range strings.SplitAfter(cur, "\n") {
+			first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+			if !skipped[first] {
+				kept = append(kept, line)
+			}
+		}
+		cur = strings.Join(kept, "")
+	}
 	if cur == want {
 		return
+	}
+	if *update && len(skipped) > 0 {
+		t.Fatalf("-update needs every upstream of the table; skipped: %v", skipped)
 	}
 	if *update {
 		out := s[:i+len(faultTableBegin)] + want + s[j:]

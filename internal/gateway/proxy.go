@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -191,17 +192,18 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 		return true
 	}
 	if resp.StatusCode < 400 && isEventStream(resp.Header) {
-		ex.streamResponse(ctx, rec, resp, wd)
+		ex.streamResponse(ctx, rec, resp, wd, u)
 	} else {
 		wd.stop()
-		ex.bufferedResponse(ctx, rec, resp)
+		ex.bufferedResponse(ctx, rec, resp, u)
 	}
 	return false
 }
 
 // streamResponse is the SSE tap: each event goes to the client as it
 // arrives, unchanged, while the same bytes are read for tokens and usage.
-func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp *http.Response, wd *watchdog) {
+// (An engine's error event not in OpenAI's shape is re-wrapped.)
+func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp *http.Response, wd *watchdog, u *upstream) {
 	w := ex.w
 	copyHeaders(w.Header(), resp.Header)
 	if ex.rate != nil {
@@ -256,6 +258,9 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 				}
 				if c.Error != "" {
 					engErr = c.Error
+					if e := engineEventError(ev.Data, rec.Upstream, ex.secrets(u)...); e != nil {
+						out = streamError(e)
+					}
 				}
 				if ex.injected {
 					if c.UsageOnly {
@@ -390,7 +395,7 @@ func (tl *timeline) close(rec *record.Record) {
 
 // bufferedResponse relays a non-streamed answer (or any error answer):
 // read whole, parsed for usage, then written with its Content-Length.
-func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, resp *http.Response) {
+func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, resp *http.Response, u *upstream) {
 	limit := ex.g.cfg.Limits.MaxResponseBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
@@ -424,6 +429,12 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 			rec.Usage = *pr.Usage
 		} else {
 			countUsage(rec, ex.ct, ex.clientBody, responseText(body))
+		}
+	}
+	if !ok {
+		if e := engineError(resp.StatusCode, body, rec.Upstream, ex.secrets(u)...); e != nil {
+			ex.relayEngineError(rec, resp, e)
+			return
 		}
 	}
 	h := ex.w.Header()
@@ -468,6 +479,41 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		}
 		ex.complete(rec, body[len(body)-held:])
 	}
+}
+
+// relayEngineError answers an engine's error in a shape other than
+// OpenAI's with e, its re-wrapping: the engine's status, and its
+// Retry-After, which tells SDKs when a 429 or 503 is worth retrying.
+func (ex *exchange) relayEngineError(rec *record.Record, resp *http.Response, e *apiError) {
+	h := ex.w.Header()
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		h.Set("Retry-After", ra)
+	}
+	if ex.rate != nil {
+		ex.rate.Write(h)
+	}
+	h.Set("Server-Timing", serverTiming(rec, true))
+	w0 := ex.since()
+	rec.ResponseBytes = int64(writeError(ex.w, e))
+	rec.ClientWrite = ex.since() - w0
+	rec.ClientWriteTail = rec.ClientWrite
+	ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+rec.Upstream+" answered "+strconv.Itoa(resp.StatusCode))
+}
+
+// secrets are the credentials an engine's error text must not carry back
+// to the client or the logs: the upstream's key and the client's own.
+func (ex *exchange) secrets(u *upstream) []string {
+	var s []string
+	if u != nil && u.cfg.APIKey != "" {
+		s = append(s, u.cfg.APIKey)
+	}
+	if v, ok := strings.CutPrefix(ex.r.Header.Get("Authorization"), "Bearer "); ok && v != "" {
+		s = append(s, v)
+	}
+	if v := ex.r.Header.Get("X-Api-Key"); v != "" {
+		s = append(s, v)
+	}
+	return s
 }
 
 // fail answers the client with a gateway error (when nothing was sent yet)
