@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/tollgate-dev/tollgate/internal/sim"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
@@ -26,12 +28,15 @@ import (
 
 // TestMain lets the test binary act as the tollgate binary, so crash tests
 // can start, SIGKILL and restart real gateway processes without a build.
+// As a test binary it fails when a test leaves a goroutine behind: serve,
+// demo and the commands run the gateway, the stores, the write-ahead queue
+// and the quota limiters in this process.
 func TestMain(m *testing.M) {
 	if os.Getenv("TOLLGATE_TEST_AS_MAIN") == "1" {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 type gatewayProc struct {
