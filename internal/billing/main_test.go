@@ -1,0 +1,10 @@
+package billing
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind: the reconciliation tests open SQLite stores.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
