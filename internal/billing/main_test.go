@@ -6,5 +6,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package when a test leaves a goroutine behind: the reconciliation tests open SQLite stores.
+// TestMain fails the package when a test leaves a goroutine behind: the
+// reconciliation tests open SQLite stores.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
