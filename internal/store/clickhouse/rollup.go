@@ -36,9 +36,10 @@ import (
 // replay of stored ids, SetEngineTiming, Rerate) adds a mark (piece, random
 // id) to rollup_dirty after its rows. The pass (RollUp) reads the marks
 // not yet covered, recomputes their pieces and records in rollup_done
-// which marks which version covered. A mark counts as covered only by the
-// piece's winning (latest) version, so a slower replica's pass that read
-// an older snapshot can never hide a write. Report and Prune run the pass
+// which marks which version covered: every mark of the piece that existed
+// when it read the ledger. A mark counts as covered only by the piece's
+// winning (latest) version, so a slower replica's pass that read an older
+// snapshot can never hide a write. Report and Prune run the pass
 // first, so a report always includes every write made before it began.
 //
 // Pieces never recomputed: those before the ledger's retention cut (their
@@ -228,6 +229,25 @@ func (s *Store) pendingMarks(ctx context.Context) (map[int64][]uint64, error) {
 	return out, err
 }
 
+// marksOf returns every mark of the pieces listed, by piece.
+func (s *Store) marksOf(ctx context.Context, pieces string) (map[int64][]uint64, error) {
+	out := map[int64][]uint64{}
+	q := "SELECT piece, mark FROM " + s.table(rollupDirty) + " WHERE piece IN (" + pieces + ") FORMAT RowBinary"
+	err := s.c.query(ctx, q, func(d *dec) error {
+		for d.more() {
+			p, m := d.i64(), d.u64()
+			if d.err == nil {
+				out[p] = append(out[p], m)
+			}
+		}
+		return d.err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read marks: %w", err)
+	}
+	return out, nil
+}
+
 // rollChunk bounds the pieces one recompute statement covers: each row
 // of the ledger is placed in its piece by a scan of this many bounds.
 const rollChunk = 240
@@ -265,7 +285,7 @@ func (s *Store) rollUp(ctx context.Context) error {
 		ps = append(ps, p)
 	}
 	for chunk := range slices.Chunk(ps, rollChunk) {
-		if err := s.recompute(ctx, chunk, pend); err != nil {
+		if err := s.recompute(ctx, chunk); err != nil {
 			return err
 		}
 	}
@@ -274,7 +294,7 @@ func (s *Store) rollUp(ctx context.Context) error {
 
 // recompute writes a new version of each piece of ps (sorted) from the
 // ledger, then records the marks it covered.
-func (s *Store) recompute(ctx context.Context, ps []piece, pend map[int64][]uint64) error {
+func (s *Store) recompute(ctx context.Context, ps []piece) error {
 	starts, startsNS, endsNS, days := make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps))
 	for i, p := range ps {
 		starts[i] = quoteInt(p.start)
@@ -284,6 +304,14 @@ func (s *Store) recompute(ctx context.Context, ps []piece, pend map[int64][]uint
 	}
 	list := strings.Join(starts, ", ")
 	ver, err := s.nextVer(ctx, list)
+	if err != nil {
+		return err
+	}
+	// Every mark of these pieces, read before the ledger is: the rows of
+	// each were written before it, so this recompute covers them all, the
+	// ones an older version covered too (a mark counts as covered only by
+	// its piece's winning version).
+	marks, err := s.marksOf(ctx, list)
 	if err != nil {
 		return err
 	}
@@ -341,7 +369,7 @@ func (s *Store) recompute(ctx context.Context, ps []piece, pend map[int64][]uint
 	e := &enc{}
 	at := s.now().UnixNano()
 	for _, p := range ps {
-		for _, m := range pend[p.start] {
+		for _, m := range marks[p.start] {
 			e.i64(p.start)
 			e.u64(m)
 			e.u64(ver)

@@ -126,6 +126,11 @@ func TestRollupLateWrites(t *testing.T) {
 	if n := requestsOf(t, other, store.ReportQuery{GroupBy: []store.Dim{store.DimDay}}); n != 8 {
 		t.Errorf("after a racing duplicate: report = %d requests, want 8", n)
 	}
+	// The piece was recomputed three times; its latest version covers
+	// every mark, older ones included, so nothing is left to redo.
+	if p, err := s.pendingMarks(ctx); err != nil || len(p) != 0 {
+		t.Errorf("pending after the reports: %v (%v), want none", p, err)
+	}
 }
 
 // TestRollupStaleWinner: when a slower replica's recompute, made from an
