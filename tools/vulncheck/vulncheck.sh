@@ -14,8 +14,8 @@
 #
 # govulncheck (golang.org/x/vuln, pinned by go.mod here) and the database
 # (x/vulndb at VULNDB below) are built once into tools/vulncheck/bin/
-# (git-ignored) and kept while they are newer than go.mod, go.sum, main.go
-# and this script. To take newer vulnerability data, move VULNDB to a newer
+# (git-ignored) and kept while they are newer than go.mod, go.sum, the Go
+# files and this script. To take newer vulnerability data, move VULNDB to a newer
 # pseudo-version (`go list -m -versions golang.org/x/vulndb` lists none: it
 # has no tags; take the latest from `go list -m golang.org/x/vulndb@master`).
 set -euo pipefail
@@ -25,7 +25,11 @@ VULNDB=v0.0.0-20261105234957-e22db6528018
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/bin
 newer_than_inputs() {
-	[[ -e $1 && $1 -nt $here/go.mod && $1 -nt $here/go.sum && $1 -nt $here/main.go && $1 -nt $here/vulncheck.sh ]]
+	[[ -e $1 ]] || return 1
+	local f
+	for f in "$here"/go.mod "$here"/go.sum "$here"/*.go "$here"/vulncheck.sh; do
+		[[ $1 -nt $f ]] || return 1
+	done
 }
 mkdir -p "$bin"
 if ! newer_than_inputs "$bin/govulncheck"; then
