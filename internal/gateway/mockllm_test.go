@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
@@ -367,9 +370,14 @@ var stubAnswers = map[string]stubAnswer{
 		`{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "3"},
 	"empty-500": {http.StatusInternalServerError, "", "", ""},
 	"key-401":   {http.StatusUnauthorized, "text/plain", "Incorrect API key provided: sk-live-4f9a8b7c6d5e4f3a. Find your key at https://example.com/keys.", ""},
+	// TGI ends a stream that fails during generation with an error event.
+	"tgi-event": {http.StatusOK, "text/event-stream",
+		`data: {"id":"c1","object":"chat.completion.chunk","created":1767225600,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Returns"},"finish_reason":null}]}` + "\n\n" +
+			`data: {"error":"Request failed during generation: Server error: CUDA out of memory","error_type":"generation"}` + "\n\n", ""},
 }
 
-func stubRows(t *testing.T) []faultRow {
+// stubGateway is a gateway whose one upstream, "stub", is the http stub.
+func stubGateway(t *testing.T) *testGateway {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -392,6 +400,13 @@ func stubRows(t *testing.T) []faultRow {
 	cfg.Upstreams = cfg.Upstreams[:1]
 	cfg.Upstreams[0].Name = "stub"
 	gw := newTestGateway(t, cfg)
+	gw.waitCounter(t, simModel)
+	return gw
+}
+
+func stubRows(t *testing.T) []faultRow {
+	t.Helper()
+	gw := stubGateway(t)
 	status := func(code int) []faultAttempt {
 		return []faultAttempt{{code, record.ErrUpstreamStatus, 0, record.SourceNone}}
 	}
@@ -408,9 +423,58 @@ func stubRows(t *testing.T) []faultRow {
 			engineText: "500 Internal Server Error with an empty body", attempts: status(500)},
 		{fault: "401, plain text echoing a key", stub: "key-401", status: 401, wrapType: "invalid_request_error",
 			engineText: "Incorrect API key provided: [redacted]. Find your key at https://example.com/keys.", attempts: status(401)},
+		{fault: "TGI-shaped error event after a chunk", stub: "tgi-event", stream: true, status: 200, midStream: true, chunks: 1, wrapType: "server_error",
+			engineText: "Request failed during generation: Server error: CUDA out of memory (generation)",
+			attempts:   []faultAttempt{{502, record.ErrUpstreamStatus, 1, record.SourceTokenizer}}},
 	}
 	for i := range rows {
 		rows[i].upstream, rows[i].gw = upStub, gw
 	}
 	return rows
+}
+
+// TestEngineErrorSDK: through OpenAI's own Go SDK, a re-wrapped engine
+// error reads as an API error with the engine's words, its type and
+// Retry-After, in a stream and not.
+func TestEngineErrorSDK(t *testing.T) {
+	tg := stubGateway(t)
+	client := openai.NewClient(option.WithBaseURL(tg.URL+"/v1"), option.WithAPIKey("sk-sdk-client-key"), option.WithMaxRetries(0))
+	params := openai.ChatCompletionNewParams{Model: simModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about returns.")}}
+
+	for _, tc := range []struct {
+		stub, typ, words, retryAfter string
+		status                       int
+	}{
+		{"tgi-429", "requests", "Model is overloaded (overloaded)", "2", 429},
+		{"html-502", "server_error", "502 Bad Gateway nginx/1.24.0", "", 502},
+		{"text-503", "server_error", "upstream overloaded, try again later", "7", 503},
+	} {
+		_, err := client.Chat.Completions.New(t.Context(), params, option.WithHeader(stubHeader, tc.stub))
+		var ae *openai.Error
+		if !errors.As(err, &ae) {
+			t.Fatalf("%s: %v, want an API error", tc.stub, err)
+		}
+		if ae.StatusCode != tc.status || ae.Type != tc.typ || ae.Code != record.ErrUpstreamStatus || !strings.Contains(ae.Message, tc.words) {
+			t.Errorf("%s: SDK error %d %q %q %q; want %d %q %q and the words %q", tc.stub, ae.StatusCode, ae.Type, ae.Code, ae.Message, tc.status, tc.typ, record.ErrUpstreamStatus, tc.words)
+		}
+		if got := ae.Response.Header.Get("Retry-After"); got != tc.retryAfter {
+			t.Errorf("%s: Retry-After %q, want %q", tc.stub, got, tc.retryAfter)
+		}
+		tg.next(t)
+	}
+
+	stream := client.Chat.Completions.NewStreaming(t.Context(), params, option.WithHeader(stubHeader, "tgi-event"))
+	var got strings.Builder
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			got.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "CUDA out of memory (generation)") || got.String() != "Returns" {
+		t.Errorf("stream: %q then %v; want the chunk, then an error with the engine's words", got.String(), err)
+	}
+	stream.Close()
+	if r := tg.next(t); r.Status != http.StatusBadGateway || r.ErrorType != record.ErrUpstreamStatus {
+		t.Errorf("stream recorded %d %q", r.Status, r.ErrorType)
+	}
 }
