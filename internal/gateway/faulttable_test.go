@@ -356,7 +356,7 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 			t.Errorf("%d content chunks before the error, want %d", chunks, row.chunks)
 		}
 		shown, note := checkErrorBody(t, row, []byte(last))
-		sees = fmt.Sprintf("200, %d chunks, then `data: %s`%s and end of stream (no `[DONE]`)", chunks, shown, note)
+		sees = fmt.Sprintf("200, %s, then `data: %s`%s and end of stream (no `[DONE]`)", nChunks(chunks), shown, note)
 	case row.status == 200 && row.stream:
 		chunks, last, done := readStream(t, b)
 		if !done || last != "[DONE]" {
@@ -365,7 +365,7 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 		if row.chunks != 0 && chunks != row.chunks {
 			t.Errorf("%d content chunks, want %d", chunks, row.chunks)
 		}
-		sees = fmt.Sprintf("200, complete stream (%d chunks, `[DONE]`)", chunks)
+		sees = fmt.Sprintf("200, complete stream (%s, `[DONE]`)", nChunks(chunks))
 	case row.status == 200:
 		var c struct {
 			Object string
@@ -423,7 +423,11 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 		}
 		p := fmt.Sprintf("#%d: %d, `%s`", r.Attempt, r.Status, et)
 		if r.Usage.Source != record.SourceNone && r.Usage.Source != "" {
-			p += fmt.Sprintf(", %d output tokens (%s)", r.Usage.OutputTokens, r.Usage.Source)
+			unit := "output tokens"
+			if r.Usage.OutputTokens == 1 {
+				unit = "output token"
+			}
+			p += fmt.Sprintf(", %d %s (%s)", r.Usage.OutputTokens, unit, r.Usage.Source)
 		} else {
 			p += ", no usage"
 		}
@@ -467,6 +471,13 @@ func checkErrorBody(t *testing.T, row faultRow, b []byte) (shown, note string) {
 		return fmt.Sprintf(`{"error":{"type":"%s","code":"%s"}}`, e.Error.Type, record.ErrUpstreamStatus),
 			" (re-wrapped; the message keeps `" + row.engineText + "`)"
 	}
+}
+
+func nChunks(n int) string {
+	if n == 1 {
+		return "1 chunk"
+	}
+	return fmt.Sprintf("%d chunks", n)
 }
 
 // readStream returns the number of content chunks, the last data payload
