@@ -296,7 +296,7 @@ func (l *queueLedger) supervise(run *queueRun) {
 		case err := <-run.runDone:
 			// Run returns before stop only after a write or fsync error.
 			l.fail(run, err)
-			if run = l.reopen(); run == nil {
+			if run = l.reopen(run); run == nil {
 				l.flushSpill()
 				return
 			}
@@ -322,21 +322,15 @@ func (l *queueLedger) supervise(run *queueRun) {
 func (l *queueLedger) fail(run *queueRun, err error) {
 	n := l.failures.Add(1)
 	st := run.q.Stats()
-	lost, unknown := run.held.fail(st.Durable)
+	lost, notHeld := run.held.fail(st.Durable)
 	for _, h := range lost {
 		l.hold(h.r, h.size)
-	}
-	if unknown > 0 {
-		// Entries not held: beyond the held bound, or late engine
-		// timings. (A Record appended just before the failure and not
-		// yet put is counted here too, though put then holds it.)
-		l.spill.dropped.Add(uint64(unknown))
 	}
 	if st.Commits > 0 || !l.troubled {
 		// A new outage: the queue had worked since the last one.
 		l.troubled, l.backoff = true, 0
 		l.log.Error("write-ahead queue failed; finished records are held in memory until it can be reopened",
-			"err", err, "failures", n, "records_held", len(lost), "entries_lost", unknown)
+			"err", err, "failures", n, "records_held", len(lost), "entries_not_held", notHeld)
 	} else {
 		l.log.Debug("write-ahead queue failed again after reopening", "err", err, "failures", n)
 	}
@@ -349,7 +343,7 @@ func (l *queueLedger) fail(run *queueRun, err error) {
 
 // reopen opens the queue again, waiting longer after each failure, until
 // it opens or stop is called (nil).
-func (l *queueLedger) reopen() *queueRun {
+func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 	for {
 		// Opening works on a full disk; writing does not: the wait grows
 		// across runs that fail before their first commit.
@@ -359,7 +353,17 @@ func (l *queueLedger) reopen() *queueRun {
 		case <-t.C:
 		case <-l.quit:
 			t.Stop()
+			if failed != nil {
+				l.spill.dropped.Add(uint64(failed.held.lost()))
+			}
 			return nil
+		}
+		if failed != nil {
+			// By now every Append to the failed run has had its put:
+			// what is still missing was never held (beyond the held
+			// bound, or a late engine timing) and is lost.
+			l.spill.dropped.Add(uint64(failed.held.lost()))
+			failed = nil
 		}
 		l.reg.reset() // the failed queue's metrics
 		q, err := wal.Open(l.opts, l.log, l.reg)
@@ -536,6 +540,7 @@ type heldRecords struct {
 	top     uint64 // the highest entry put
 	failed  bool   // the run failed: entries after durable will never be shipped
 	durable uint64
+	missing map[uint64]bool // after the failure: entries after durable not held (yet)
 }
 
 type heldRecord struct {
@@ -556,6 +561,7 @@ func (h *heldRecords) put(seq uint64, r *record.Record, size int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.failed {
+		delete(h.missing, seq) // its Append came before the failure, its put after
 		return seq <= h.durable
 	}
 	h.top = max(h.top, seq)
@@ -568,21 +574,31 @@ func (h *heldRecords) put(seq uint64, r *record.Record, size int) bool {
 
 // fail marks the run failed with entries up to durable on disk, and
 // returns the Records held after it, in order, and how many entries after
-// it were not held (beyond the bound, or amendments): lost.
-func (h *heldRecords) fail(durable uint64) (lost []heldRecord, unknown int) {
+// it are not held: those whose put has not come yet (put then refuses
+// them, and the caller holds the Record elsewhere), those beyond the held
+// bound and late engine timings.
+func (h *heldRecords) fail(durable uint64) (lost []heldRecord, notHeld int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failed, h.durable = true, durable
+	h.failed, h.durable, h.missing = true, durable, map[uint64]bool{}
 	for s := durable + 1; s <= h.top; s++ {
 		if e, ok := h.m[s]; ok {
 			lost = append(lost, e)
 			h.bytes -= e.size
 			delete(h.m, s)
 		} else {
-			unknown++
+			h.missing[s] = true
 		}
 	}
-	return lost, unknown
+	return lost, len(h.missing)
+}
+
+// lost is, some time after fail, how many entries after the durable point
+// were never held: lost with the failed run.
+func (h *heldRecords) lost() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.missing)
 }
 
 func (h *heldRecords) get(seq uint64) *record.Record {

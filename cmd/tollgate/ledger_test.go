@@ -91,19 +91,23 @@ func TestHeldRecordsFail(t *testing.T) {
 		}
 		h.put(s, &record.Record{RequestID: string(rune('a' + s))}, 10)
 	}
-	lost, unknown := h.fail(2)
+	h.put(8, &record.Record{RequestID: "i"}, 10) // 6 and 7: appended, not put yet
+	lost, notHeld := h.fail(2)
 	var ids []string
 	for _, e := range lost {
 		ids = append(ids, e.r.RequestID)
 	}
-	if strings.Join(ids, ",") != "d,f" || unknown != 1 || h.bytes != 20 {
-		t.Errorf("fail(2) gave back %v and %d entries not held (%d bytes still held); want d,f and 1 (20 bytes)", ids, unknown, h.bytes)
+	if strings.Join(ids, ",") != "d,f,i" || notHeld != 3 || h.bytes != 20 {
+		t.Errorf("fail(2) gave back %v and %d entries not held (%d bytes still held); want d,f,i and 3 (20 bytes)", ids, notHeld, h.bytes)
 	}
 	if !h.put(2, &record.Record{}, 10) {
 		t.Error("a late put of a durable entry was refused: it is in the queue")
 	}
-	if h.put(7, &record.Record{}, 10) {
+	if h.put(6, &record.Record{}, 10) || h.put(7, &record.Record{}, 10) || h.put(9, &record.Record{}, 10) {
 		t.Error("a late put of an entry after the durable point was accepted: it would be lost")
+	}
+	if n := h.lost(); n != 1 {
+		t.Errorf("lost() = %d after the late puts; want 1 (entry 4, never held)", n)
 	}
 }
 
