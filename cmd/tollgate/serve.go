@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/billing"
+	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/fleet"
@@ -278,6 +279,32 @@ func rollUp(ctx context.Context, r roller, log *slog.Logger) {
 	}
 }
 
+// pruneCaptures deletes captures older than keep, on both backends (the
+// retention pass above skips ClickHouse), every quarter of keep — at
+// least a minute, at most an hour apart — so a capture outlives its
+// retention by at most that. It runs whenever a retention is set, so
+// captures taken before capture was turned off still go.
+func pruneCaptures(ctx context.Context, c store.Captures, keep time.Duration, log *slog.Logger) {
+	every := min(max(keep/4, time.Minute), time.Hour)
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := c.PruneCaptures(ctx, time.Now().Add(-keep))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("capture retention pass failed", "err", err)
+		case n > 0:
+			log.Info("capture retention pass", "deleted", n)
+		}
+		t.Reset(every)
+	}
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; without it the embedded defaults are used")
@@ -485,6 +512,22 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		}()
 	}
 
+	// Capture (off by default): the redacted text of slow or failed
+	// requests, written by the gateway's worker off the request path into
+	// a table of its own, pruned by capture.retention, read by admin
+	// tokens only.
+	capStore, _ := st.(store.Captures)
+	var captureSink func(context.Context, []*capture.Capture) error
+	if cfg.Capture.Enabled {
+		if capStore == nil {
+			stopWriter()
+			return fmt.Errorf("capture.enabled: store.backend %s keeps no captures", cfg.Store.Backend)
+		}
+		captureSink = capStore.AddCaptures
+		log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
+			"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
+	}
+
 	// Gateway: the proxy, its metrics, and the writer as its sink.
 	var models []string
 	for _, u := range cfg.Upstreams {
@@ -504,6 +547,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Amend:          lg.amend,
 		Export:         export,
 		Registerer:     reg,
+		Capture:        captureSink,
 	})
 	if err != nil {
 		stopWriter()
@@ -520,7 +564,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter)}
+		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: capStore}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -541,6 +585,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		// ClickHouse recomputes its rollups in a pass (Report runs one
 		// first); running it every minute keeps that pass short.
 		go rollUp(pruneCtx, r, log.With("component", "rollup"))
+	}
+	if capStore != nil && cfg.Capture.Retention > 0 {
+		go pruneCaptures(pruneCtx, capStore, cfg.Capture.Retention, log.With("component", "capture"))
 	}
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
