@@ -46,7 +46,7 @@ func TestServeCapture(t *testing.T) {
 	// Qwen's would outlive this test alone (the package checks for leaks).
 	cfg := quietConfig(t, startSimServer(t, sim.Config{Seed: 3, Models: []string{"capture-test-model"}}))
 	cfg.Store.SQLite.Path = filepath.Join(dir, "t.db")
-	cfg.Capture = capture.Config{Enabled: true, Slow: 400 * time.Millisecond, Retention: 24 * time.Hour, Redact: []capture.Rule{
+	cfg.Capture = capture.Config{Enabled: true, Slow: time.Second, Retention: 24 * time.Hour, Redact: []capture.Rule{
 		{Preset: "cn_id_card"}, {Preset: "cn_mobile"}, {Preset: "email"}, {Name: "order", Pattern: `ORD-\d{8}`},
 	}}
 	cfg.API.Tokens = []config.APIToken{
@@ -76,9 +76,9 @@ func TestServeCapture(t *testing.T) {
 		t.Fatalf("failed request: %v; want the engine's 500", err)
 	}
 	id(resp)
-	// Slow: a stream that stalls for 600ms after two tokens.
+	// Slow: a stream that stalls for 1.5s after two tokens (slow: 1s leaves a fast request ample margin on a busy machine).
 	stream := client.Chat.Completions.NewStreaming(t.Context(), params, option.WithResponseInto(&resp),
-		option.WithHeader(sim.OutputTokensHeader, "6"), option.WithHeader(sim.FaultHeader, "stall-after=2:600ms"))
+		option.WithHeader(sim.OutputTokensHeader, "6"), option.WithHeader(sim.FaultHeader, "stall-after=2:1500ms"))
 	var answer strings.Builder
 	for stream.Next() {
 		if c := stream.Current(); len(c.Choices) > 0 {
