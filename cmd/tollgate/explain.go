@@ -36,8 +36,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // runDiagnose prints the diagnosis tables over recent requests.
 func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("diagnose", "diagnose [--db PATH] [--since 1h] [--model M] [--biz B] [--format table|json|csv]", stderr)
-	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
+	fs := newFlagSet("diagnose", "diagnose [--db PATH | --config FILE] [--since 1h] [--model M] [--biz B] [--format table|json|csv]", stderr)
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	since := fs.Duration("since", time.Hour, "look at requests of this last `duration`")
 	limit := fs.Int("limit", 100000, "at most this many recent requests")
 	format := fs.String("format", "table", "table, json or csv")
@@ -47,7 +47,7 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := openLedgerIn(ctx, *db, time.UTC)
+	st, err := lf.open(ctx, nil, false)
 	if err != nil {
 		return err
 	}

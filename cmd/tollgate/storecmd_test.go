@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -212,7 +213,7 @@ func minuteKey(m store.WindowMinute) string {
 }
 
 // clickHouseConfig writes a config file naming database db on the server.
-func clickHouseConfig(t *testing.T, chURL, db string) string {
+func clickHouseConfig(t testing.TB, chURL, db string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), db+".yaml")
 	yml := "store:\n  backend: clickhouse\n  clickhouse: {url: \"" + chURL + "\", database: " + db + ", timeout: 30s}\n"
@@ -286,6 +287,7 @@ func TestStoreToClickHouse(t *testing.T) {
 			{[]string{"requests"}, []string{"--json", "--limit", "5", "--errors", "--model", "model-1"}},
 			{[]string{"requests", "show"}, []string{"--json", "req-001000"}},
 			{[]string{"explain"}, []string{"req-000010"}},
+			{[]string{"diagnose"}, []string{"--since", "100000h", "--format", "csv"}},
 			{[]string{"report", "models"}, []string{"--from", "2025-03-01", "--to", "2025-04-01", "--format", "csv"}},
 			{[]string{"report", "users"}, []string{"--from", "2025-03-01", "--to", "2025-04-01", "--format", "json", "--biz_line", "biz-1"}},
 		} {
@@ -394,4 +396,46 @@ func TestStoreCommandLine(t *testing.T) {
 			t.Errorf("%v: %v, want it to mention %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// BenchmarkStoreCopyClickHouse: "store copy" of a 20,000-row SQLite ledger
+// (a fifth of it sampled with timelines) into a fresh ClickHouse database
+// per iteration; reports rows/s. Needs a server (skipped without one).
+func BenchmarkStoreCopyClickHouse(b *testing.B) {
+	chURL := chtest.Server(b)
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "bench.db")
+	st, err := sqlite.Open(ctx, path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 20000
+	for from := 0; from < n; from += 1000 {
+		recs := storetest.Records(from, 1000)
+		for i, r := range recs {
+			r.Sampled = (from+i)%5 == 0
+			if !r.Sampled {
+				r.Timeline = nil
+			}
+		}
+		if err := st.Insert(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st.Close()
+	b.ResetTimer()
+	for b.Loop() {
+		db := chtest.Database()
+		var stderr bytes.Buffer
+		err := run(ctx, []string{"store", "copy", "--from", path, "--config", clickHouseConfig(b, chURL, db), "--no-analytics"}, io.Discard, &stderr)
+		b.StopTimer()
+		if err != nil {
+			b.Fatalf("%v\n%s", err, stderr.String())
+		}
+		if _, err := chtest.Exec(ctx, chURL, "DROP DATABASE IF EXISTS "+db); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
