@@ -29,52 +29,58 @@ import (
 //
 //	go test ./internal/store/clickhouse -run XXX -bench BenchmarkIngest -benchtime 200000x
 //
-// Sub-benchmarks:
+// Sub-benchmarks, each at batch=1000 (serve's config.ClickHouseBatchSize)
+// and batch=10000 (store.batch_size raised, for a busy replica):
 //
-//   - insert: Store.Insert of 1000-row batches (serve's
-//     config.ClickHouseBatchSize) one after another: the store's own rate.
+//   - insert: Store.Insert of whole batches one after another: the
+//     store's own rate.
 //   - wal: serve's whole path. 64 goroutines (requests finishing at once)
 //     each encode a Record (Record.MarshalJSON), append it to a real
 //     write-ahead queue with fsync and wait for its group commit; the
 //     queue's shipper hands batches of up to 1000 (1 s) to Store.Insert,
 //     taking the Records kept in memory as serve does (cmd/tollgate
-//     ledger.go, heldRecords). The clock stops when the last Record is in
-//     ClickHouse.
+//     ledger.go, heldRecords), in batches of up to the batch size or what
+//     1 s brought. The clock stops when the last Record is in ClickHouse.
 //   - wal-replay: the same, but the shipper decodes the queue's JSON, as
 //     after a restart (or while more than 16 MiB waits unshipped).
 //
 // Reported: records/s; cpu-µs/record of this process (encoding, queue,
-// shipping, HTTP: what a replica spends, all goroutines); and, when the
+// shipping, HTTP: what a replica spends, all goroutines); when the
 // server's process can be found on this machine, ch-cpu-µs/record, what
-// ClickHouse spent on the same inserts. The Records come from the 10 M
+// ClickHouse spent on the same inserts (its merges meanwhile included);
+// and disk-bytes/record, the requests table's parts on disk per row. The Records come from the 10 M
 // benchmark's generator (realistic traffic, a third of them with a token
 // timeline), one day of them, so a batch falls in one day partition as
 // live traffic does.
 func BenchmarkIngest(b *testing.B) {
-	b.Run("insert", func(b *testing.B) {
-		s := openTest(b)
-		recs := benchRecords(b, b.N)
-		ctx := context.Background()
-		m := startCPU(b)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for batch := range slices.Chunk(recs, config.ClickHouseBatchSize) {
-			if err := s.Insert(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
+	for _, size := range []int{config.ClickHouseBatchSize, 10 * config.ClickHouseBatchSize} {
+		b.Run(fmt.Sprintf("insert/batch=%d", size), func(b *testing.B) { benchInsert(b, size) })
+		b.Run(fmt.Sprintf("wal/batch=%d", size), func(b *testing.B) { benchWAL(b, size, false) })
+		b.Run(fmt.Sprintf("wal-replay/batch=%d", size), func(b *testing.B) { benchWAL(b, size, true) })
+	}
+}
+
+func benchInsert(b *testing.B, size int) {
+	s := openTest(b)
+	recs := benchRecords(b, b.N)
+	ctx := context.Background()
+	m := startCPU(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for batch := range slices.Chunk(recs, size) {
+		if err := s.Insert(ctx, batch); err != nil {
+			b.Fatal(err)
 		}
-		b.StopTimer()
-		m.report(b)
-		checkRows(b, s, b.N)
-	})
-	b.Run("wal", func(b *testing.B) { benchWAL(b, false) })
-	b.Run("wal-replay", func(b *testing.B) { benchWAL(b, true) })
+	}
+	b.StopTimer()
+	m.report(b)
+	checkRows(b, s, b.N)
 }
 
 // producers is how many requests finish at once in the wal benchmarks.
 const producers = 64
 
-func benchWAL(b *testing.B, replay bool) {
+func benchWAL(b *testing.B, size int, replay bool) {
 	s := openTest(b)
 	recs := benchRecords(b, b.N)
 	q, err := wal.Open(wal.Options{Dir: filepath.Join(b.TempDir(), "queue")}, nil, nil)
@@ -122,7 +128,7 @@ func benchWAL(b *testing.B, replay bool) {
 	go func() { runDone <- q.Run(runCtx) }()
 	shipDone := make(chan error, 1)
 	go func() {
-		shipDone <- q.Ship(context.Background(), config.ClickHouseBatchSize, config.ClickHouseFlushInterval, sink)
+		shipDone <- q.Ship(context.Background(), size, config.ClickHouseFlushInterval, sink)
 	}()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -204,6 +210,16 @@ func checkRows(b *testing.B, s *Store, want int) {
 	}
 	if out != strconv.Itoa(want) {
 		b.Fatalf("requests holds %s rows; want %d", out, want)
+	}
+	// The ledger's size on disk (compressed, marks included) per row, for
+	// sizing ClickHouse's disk; the parts may not all be merged yet.
+	out, err = s.c.text(context.Background(), "", "SELECT sum(bytes_on_disk) / sum(rows) FROM system.parts WHERE active AND database = "+
+		quoteString(s.db)+" AND table = 'requests'")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if v, err := strconv.ParseFloat(out, 64); err == nil {
+		b.ReportMetric(v, "disk-bytes/record")
 	}
 }
 

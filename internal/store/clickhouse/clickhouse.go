@@ -213,7 +213,7 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	if err != nil {
 		return fmt.Errorf("check stored ids: %w", err)
 	}
-	e := &enc{b: make([]byte, 0, len(recs)*600)}
+	e := &enc{b: make([]byte, 0, 4<<10)}
 	ver := math.MaxUint64 - uint64(s.now().UnixNano())
 	n := 0
 	for _, r := range recs {
@@ -228,6 +228,13 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		f.Finish()
 		encodeRow(e, &f, ver)
 		n++
+		if n == 1 {
+			// Size the batch's buffer once, from its first row: rows run
+			// from ~500 bytes to over 1 KB with a timeline, and growing
+			// by doubling copied and cleared the batch again each time
+			// (a fifth of the encoding's CPU in BenchmarkIngest).
+			e.b = slices.Grow(e.b, len(e.b)*(len(recs)-1)*5/4)
+		}
 	}
 	if n > 0 {
 		q := fmt.Sprintf("INSERT INTO %s.requests (%s) FORMAT RowBinary", quoteIdent(s.db), insertColumns)
