@@ -79,7 +79,7 @@ func TestCaptureStream(t *testing.T) {
 func TestCaptureQueueFull(t *testing.T) {
 	up := newTranscriptUpstream(t, "")
 	up.ctype, up.status, up.rawBody = "application/json", 500, `{"error":{"message":"boom 13800138000"}}`
-	up.bodies, up.headers = make(chan []byte, captureQueue+16), make(chan http.Header, captureQueue+16)
+	up.bodies, up.headers = make(chan []byte, captureQueue+captureBatch+16), make(chan http.Header, captureQueue+captureBatch+16)
 	release := make(chan struct{})
 	var written int
 	reg := prometheus.NewRegistry()
@@ -96,7 +96,7 @@ func TestCaptureQueueFull(t *testing.T) {
 		}
 		o.Registerer = reg
 	})
-	n := captureQueue + 10
+	n := captureQueue + captureBatch + 10
 	for range n {
 		resp := post(t, tg.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
 		if readAll(t, resp); resp.StatusCode != 500 {
@@ -105,9 +105,10 @@ func TestCaptureQueueFull(t *testing.T) {
 		tg.next(t)
 	}
 	dropped := testutil.ToFloat64(tg.G.capture.dropped.WithLabelValues("queue_full"))
-	// One is held by the blocked writer, captureQueue wait; the rest drop.
-	if dropped < 9 || dropped > 10 {
-		t.Errorf("dropped %v, want 9 or 10 (one capture in the writer, %d queued)", dropped, captureQueue)
+	// The blocked writer holds one batch (1 to captureBatch captures, as
+	// many as were queued when it started), captureQueue wait; the rest drop.
+	if lo, hi := float64(n-captureQueue-captureBatch), float64(n-captureQueue-1); dropped < lo || dropped > hi {
+		t.Errorf("dropped %v, want %v to %v (a batch in the writer, %d queued)", dropped, lo, hi, captureQueue)
 	}
 	close(release)
 	tg.G.Close()
