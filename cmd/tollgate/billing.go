@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -21,7 +22,7 @@ import (
 func runRerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("rerate", "rerate --config FILE --from DATE --to DATE [--db PATH]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file` with the price table (prices:, gpu_hours:)")
-	db := fs.String("db", "", "SQLite ledger `path` (default: store.sqlite.path of the config)")
+	db := fs.String("db", "", "SQLite ledger `path` (default: the config's store — store.sqlite.path, or ClickHouse with store.backend clickhouse)")
 	from := fs.String("from", "", "first `date` (2026-11-01) or RFC 3339 time to re-rate (required)")
 	to := fs.String("to", "", "end (exclusive) `date` or time (required)")
 	if err := parseFlags(fs, args); err != nil {
@@ -47,7 +48,14 @@ func runRerate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	st, err := openLedgerIn(ctx, cfg.Store.SQLite.Path, loc)
+	// The ledger is the config's store (ClickHouse for a fleet) unless
+	// --db names a SQLite file.
+	var st ledgerStore
+	if *db == "" && cfg.Store.Backend == "clickhouse" {
+		st, err = openStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	} else {
+		st, err = openSQLite(ctx, cfg.Store.SQLite.Path, loc, false, "pass --db PATH")
+	}
 	if err != nil {
 		return err
 	}
