@@ -118,6 +118,7 @@ type pendingCapture struct {
 	id, reason string
 	at         time.Time
 	req, resp  capture.Part
+	secrets    []string // the attempt's credentials, never stored even if an engine echoes them
 }
 
 // capturer owns the queue and the worker.
@@ -166,14 +167,17 @@ func newCapturer(cfg capture.Config, sink func(context.Context, []*capture.Captu
 func (c *capturer) buf() *captureBuf { return &captureBuf{limit: c.cfg.RawLimit()} }
 
 // offer queues a finished attempt that qualifies; it never blocks.
-func (c *capturer) offer(rec *record.Record, clientBody []byte, b *captureBuf) {
+// secrets are the attempt's credentials (the upstream's key, the
+// client's): an engine's error text can echo them, and redaction rules
+// would not know them.
+func (c *capturer) offer(rec *record.Record, clientBody []byte, b *captureBuf, secrets []string) {
 	defer b.reset()
 	reason := c.cfg.Reason(rec)
 	if reason == "" {
 		return
 	}
 	limit := c.cfg.RawLimit()
-	p := pendingCapture{id: rec.RequestID, reason: reason, at: rec.Arrival, req: capture.Clip(clientBody, limit)}
+	p := pendingCapture{id: rec.RequestID, reason: reason, at: rec.Arrival, req: capture.Clip(clientBody, limit), secrets: secrets}
 	switch {
 	case len(b.resp) > 0:
 		p.resp = capture.Clip(b.resp, limit)
@@ -225,7 +229,18 @@ func (c *capturer) run(stop <-chan struct{}) {
 }
 
 func (c *capturer) keep(p pendingCapture) *capture.Capture {
-	return c.cfg.Keep(c.red, p.id, p.at, p.reason, p.req, p.resp)
+	return c.cfg.Keep(c.red, p.id, p.at, p.reason, hideSecrets(p.req, p.secrets), hideSecrets(p.resp, p.secrets))
+}
+
+// hideSecrets replaces each credential in a kept part, in a copy: the
+// part may share its bytes with the request path (a cached answer).
+func hideSecrets(p capture.Part, secrets []string) capture.Part {
+	for _, s := range secrets {
+		if len(s) >= 8 && bytes.Contains(p.Bytes, []byte(s)) {
+			p.Bytes = bytes.ReplaceAll(p.Bytes, []byte(s), []byte("[REDACTED:key]"))
+		}
+	}
+	return p
 }
 
 // write stores a batch and returns a new one: the sink may keep what it

@@ -189,3 +189,32 @@ func TestCaptureChunkText(t *testing.T) {
 		t.Errorf("kept %q\n want %q", got, want)
 	}
 }
+
+// TestCaptureHidesKeys: an engine's error that echoes the upstream's key
+// or the client's is stored without them, though no redaction rule knows
+// them.
+func TestCaptureHidesKeys(t *testing.T) {
+	const upKey, clientKey = "sk-upstream-SECRET-4242", "sk-client-SECRET-7373"
+	up := newTranscriptUpstream(t, "")
+	up.ctype, up.status = "application/json", 401
+	up.rawBody = `{"error":{"message":"bad key ` + upKey + ` (client sent ` + clientKey + `)","type":"auth"}}`
+	got := make(chan []*capture.Capture, 4)
+	cfg := captureConfig(up.URL(), 0)
+	cfg.Upstreams[0].APIKey = upKey
+	tg := newTestGatewayWith(t, cfg, func(o *Options) {
+		o.Capture = func(_ context.Context, cs []*capture.Capture) error { got <- cs; return nil }
+	})
+	readAll(t, post(t, tg.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"Authorization": "Bearer " + clientKey}))
+	tg.next(t)
+	var cs []*capture.Capture
+	select {
+	case cs = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no capture written within 10s")
+	}
+	resp := string(cs[0].Response)
+	if strings.Contains(resp, upKey) || strings.Contains(resp, clientKey) || strings.Count(resp, "[REDACTED:key]") != 2 {
+		t.Errorf("captured response %s", resp)
+	}
+}

@@ -338,7 +338,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		ex.finished = false
 		done = append(done, cur)
 		if ex.capBuf != nil {
-			g.capture.offer(cur, body, ex.capBuf)
+			g.capture.offer(cur, body, ex.capBuf, ex.secrets(cands[i]))
 		}
 		if !retry {
 			g.maybeCheck(cur, ct, body)
