@@ -196,13 +196,15 @@ func (g *Gateway) Handler() http.Handler { return g.mux }
 func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // Close releases idle upstream connections and stops background checks;
-// captures still queued are written before it returns.
+// captures still queued are written and tokenizer loads finished before
+// it returns.
 func (g *Gateway) Close() {
 	g.routes.closeIdle()
 	g.stopOnce.Do(func() { close(g.stop) })
 	if g.capture != nil {
 		<-g.capture.done
 	}
+	g.counters.wait()
 }
 
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -54,6 +54,7 @@ type counters struct {
 	ready      map[string]*tokenizer.Counter // nil value: no tokenizer for this model
 	loading    map[string]bool
 	done       chan string // load completions, for tests; may be nil
+	loads      sync.WaitGroup
 }
 
 func newCounters(configured map[string]tokenizer.Spec, log *slog.Logger) *counters {
@@ -69,7 +70,7 @@ func (c *counters) get(model string) *tokenizer.Counter {
 	}
 	if !c.loading[model] {
 		c.loading[model] = true
-		go c.load(model)
+		c.loads.Go(func() { c.load(model) })
 	}
 	return nil
 }
@@ -80,6 +81,10 @@ func (c *counters) preload() {
 		c.get(m)
 	}
 }
+
+// wait returns when no load is running, so that a closed gateway leaves
+// no goroutine behind (a tokenizer file cannot be abandoned half read).
+func (c *counters) wait() { c.loads.Wait() }
 
 func (c *counters) load(model string) {
 	var ct *tokenizer.Counter
