@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -68,6 +70,9 @@ var PresetNames = []string{"cn_id_card", "cn_mobile", "email"}
 // DefaultMaxBytes is MaxBytes when unset.
 const DefaultMaxBytes = 64 << 10
 
+// MaxMaxBytes is the largest MaxBytes accepted.
+const MaxMaxBytes = 1 << 20
+
 // Validate names the YAML path of the first bad value under path.
 func (c Config) Validate(path string) error {
 	var errs []error
@@ -79,6 +84,9 @@ func (c Config) Validate(path string) error {
 	}
 	if c.MaxBytes < 0 {
 		bad("max_bytes", "must not be negative (0: %d)", DefaultMaxBytes)
+	}
+	if c.MaxBytes > MaxMaxBytes {
+		bad("max_bytes", "must be at most %d (1 MiB): the gateway holds 4 × max_bytes of each captured body in memory", MaxMaxBytes)
 	}
 	if c.Enabled && c.Retention <= 0 {
 		bad("retention", "must be positive when capture is enabled: captured text needs an end")
@@ -196,12 +204,111 @@ func (r *Redactor) Body(b []byte) []byte {
 			if out, ok := r.json(trimmed); ok {
 				lines[i] = slices.Concat([]byte("data: "), out, payload[len(bytes.TrimRight(payload, " \r\n")):])
 			} else {
-				lines[i] = []byte(r.String(string(l)))
+				lines[i] = slices.Concat([]byte("data:"), r.jsonish(payload))
 			}
 		}
 		return bytes.Join(lines, nil)
 	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		return r.jsonish(b)
+	}
 	return []byte(r.String(string(b)))
+}
+
+// jsonish redacts text that looks like JSON but does not parse, most often
+// a body clipped at RawLimit. Raw JSON text cannot be redacted as it
+// stands: an escape such as \n puts a word character before the digits
+// that follow, so a \b in a pattern no longer matches, and \uXXXX can
+// spell any digit. So each JSON string, the cut-off last one included, is
+// decoded, redacted as text and encoded again; what lies between strings
+// (numbers among them) is redacted as text.
+func (r *Redactor) jsonish(b []byte) []byte {
+	var out []byte
+	for len(b) > 0 {
+		q := bytes.IndexByte(b, '"')
+		if q < 0 {
+			return append(out, r.String(string(b))...)
+		}
+		out = append(out, r.String(string(b[:q]))...)
+		s, n, closed := decodeString(b[q+1:])
+		out = append(out, '"')
+		out = appendString(out, r.String(s))
+		if closed {
+			out = append(out, '"')
+		}
+		b = b[q+1+n:]
+	}
+	return out
+}
+
+// decodeString decodes a JSON string's body from b (just past its opening
+// quote) and returns the text, the bytes consumed (the closing quote
+// included) and whether the string was closed. A string cut off at the
+// end is decoded as far as it goes, a cut-off escape dropped; an invalid
+// escape is kept as its letter.
+func decodeString(b []byte) (string, int, bool) {
+	var sb strings.Builder
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return sb.String(), i + 1, true
+		case c != '\\':
+			sb.WriteByte(c)
+			i++
+			continue
+		case i+1 >= len(b):
+			return sb.String(), len(b), false
+		}
+		e := b[i+1]
+		i += 2
+		switch e {
+		case 'n':
+			sb.WriteByte('\n')
+		case 't':
+			sb.WriteByte('\t')
+		case 'r':
+			sb.WriteByte('\r')
+		case 'b':
+			sb.WriteByte('\b')
+		case 'f':
+			sb.WriteByte('\f')
+		case 'u':
+			if i+4 > len(b) {
+				return sb.String(), len(b), false
+			}
+			v, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
+			if err != nil {
+				sb.WriteByte('u')
+				continue
+			}
+			i += 4
+			ru := rune(v)
+			if utf16.IsSurrogate(ru) && i+6 <= len(b) && b[i] == '\\' && b[i+1] == 'u' {
+				if v2, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16); err == nil {
+					if pair := utf16.DecodeRune(ru, rune(v2)); pair != utf8.RuneError {
+						ru = pair
+						i += 6
+					}
+				}
+			}
+			sb.WriteRune(ru)
+		default: // " \ / and anything invalid
+			sb.WriteByte(e)
+		}
+	}
+	return sb.String(), len(b), false
+}
+
+// appendString appends s JSON-encoded, without its quotes.
+func appendString(out []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	e := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return append(out, e[1:len(e)-1]...)
 }
 
 func (r *Redactor) json(b []byte) ([]byte, bool) {
@@ -280,7 +387,8 @@ func (c Config) Take(r *Redactor, rec *record.Record, request, response []byte) 
 }
 
 // Part is one body as the gateway kept it: its first bytes, and whether
-// more was left out before redaction (see Clip).
+// more was left out before redaction (see Clip). When Over, the last
+// rawSlack bytes of the redacted text are dropped (see Keep).
 type Part struct {
 	Bytes []byte
 	Over  bool
@@ -289,10 +397,23 @@ type Part struct {
 // Keep redacts and cuts two kept bodies into a Capture.
 func (c Config) Keep(r *Redactor, id string, at time.Time, reason string, request, response Part) *Capture {
 	limit := c.maxBytes()
-	req, t1 := cut(r.Body(request.Bytes), limit)
-	resp, t2 := cut(r.Body(response.Bytes), limit)
+	req, t1 := cut(redactPart(r, request), limit)
+	resp, t2 := cut(redactPart(r, response), limit)
 	return &Capture{RequestID: id, At: at, Reason: reason, Request: req, Response: resp,
 		RequestTruncated: t1 || request.Over, ResponseTruncated: t2 || response.Over}
+}
+
+// redactPart redacts a kept body. A body cut at the raw limit is redacted
+// whole first and only then loses its last rawSlack bytes: a match cut in
+// half at the limit no longer matches, so its first half is still in
+// clear, and it lies in the dropped end. Cutting before redaction would
+// instead leave the first half of a match straddling the new cut.
+func redactPart(r *Redactor, p Part) []byte {
+	b := r.Body(p.Bytes)
+	if p.Over {
+		b, _ = cut(b, max(len(b)-rawSlack, 0))
+	}
+	return b
 }
 
 func (c Config) maxBytes() int {
@@ -302,10 +423,10 @@ func (c Config) maxBytes() int {
 	return c.MaxBytes
 }
 
-// rawSlack is how much is dropped from the end of a body cut before
-// redaction: a match cut in half there would no longer match, so its
-// first half would be kept in clear. Matches of personal data are far
-// shorter than this.
+// rawSlack is how much is dropped from the end of a redacted body that
+// was cut before redaction: a match cut in half at the cut would no
+// longer match, so its first half would be kept in clear. Matches of
+// personal data are far shorter than this.
 const rawSlack = 1 << 10
 
 // RawLimit is how much of a body the gateway keeps before redaction:
@@ -314,14 +435,13 @@ const rawSlack = 1 << 10
 func (c Config) RawLimit() int { return 4*c.maxBytes() + rawSlack }
 
 // Clip returns b whole when it fits in limit, or else a copy of its
-// first limit−1 KiB (on a rune boundary) marked Over: the copy lets the
-// rest of b be freed, and the dropped KiB is rawSlack.
+// first limit bytes (on a rune boundary) marked Over: the copy lets the
+// rest of b be freed; Keep drops rawSlack bytes from its redacted end.
 func Clip(b []byte, limit int) Part {
 	if len(b) <= limit {
 		return Part{Bytes: b}
 	}
-	n := max(limit-rawSlack, 0)
-	head, _ := cut(b, n)
+	head, _ := cut(b, limit)
 	return Part{Bytes: slices.Clone(head), Over: true}
 }
 
@@ -357,8 +477,7 @@ func (w *Raw) Part() Part {
 	if !w.over {
 		return Part{Bytes: w.b}
 	}
-	head, _ := cut(w.b, max(len(w.b)-rawSlack, 0))
-	return Part{Bytes: head, Over: true}
+	return Part{Bytes: w.b, Over: true} // a rune cut at the end lies in the dropped slack
 }
 
 // Reset empties w for the next attempt, keeping its memory.

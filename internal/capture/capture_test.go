@@ -90,6 +90,7 @@ func TestValidate(t *testing.T) {
 		{"no retention", Config{Enabled: true}, "capture.retention: must be positive when capture is enabled: captured text needs an end"},
 		{"negative slow", Config{Slow: -time.Second}, "capture.slow: must not be negative (0: failed requests only)"},
 		{"negative max", Config{MaxBytes: -1}, "capture.max_bytes: must not be negative (0: 65536)"},
+		{"huge max", Config{MaxBytes: 1<<20 + 1}, "capture.max_bytes: must be at most 1048576 (1 MiB): the gateway holds 4 × max_bytes of each captured body in memory"},
 		{"unknown preset", Config{Redact: []Rule{{Preset: "ssn"}}}, `capture.redact[0].preset: unknown preset "ssn"; one of cn_id_card, cn_mobile, email`},
 		{"both", Config{Redact: []Rule{{Preset: "email", Pattern: "x"}}}, "capture.redact[0]: give preset or pattern, not both"},
 		{"neither", Config{Redact: []Rule{{Name: "x"}}}, "capture.redact[0]: needs preset or pattern"},
@@ -155,21 +156,31 @@ func FuzzRedact(f *testing.F) {
 }
 
 // TestClip: a body longer than the raw limit is copied short before
-// redaction, and the slack dropped at its end means a match cut in half
-// there leaves none of its digits behind; Raw cuts a stream the same way.
+// redaction, redacted whole, and only then loses its last rawSlack bytes,
+// so a phone number straddling limit − rawSlack (where the kept text now
+// ends) is redacted, not cut in half; Raw cuts a stream the same way.
 func TestClip(t *testing.T) {
 	r := presets(t)
-	c := Config{Enabled: true, MaxBytes: 100, Retention: time.Hour}
+	c := Config{Enabled: true, MaxBytes: 1000, Retention: time.Hour}
 	limit := c.RawLimit()
-	// Long emails shrink twentyfold when redacted, so what was kept up to
-	// the limit fits in MaxBytes once redacted; a phone number's first
-	// half ends exactly at the limit.
-	email := strings.Repeat("a", 390) + "@example.com "
-	head := strings.Repeat(email, (limit-6)/len(email))
-	head += strings.Repeat(" ", limit-6-len(head))
-	body := []byte(head + "13800138000" + strings.Repeat("b", 500))
+	// Ten long emails shrink to 170 bytes when redacted, so what is kept
+	// up to the phone number fits in MaxBytes; the number's first six
+	// digits end exactly at limit − rawSlack.
+	before := limit - rawSlack - 6
+	var head strings.Builder
+	for i := range 10 {
+		local := (before - 10*len("@example.com ")) / 10
+		if i == 0 {
+			local += (before - 10*len("@example.com ")) % 10
+		}
+		head.WriteString(strings.Repeat("a", local) + "@example.com ")
+	}
+	if head.Len() != before {
+		t.Fatalf("setup: %d bytes before the number, want %d", head.Len(), before)
+	}
+	body := []byte(head.String() + "13800138000" + strings.Repeat(" b", 1000))
 	p := Clip(body, limit)
-	if !p.Over || len(p.Bytes) > limit-rawSlack || &p.Bytes[0] == &body[0] {
+	if !p.Over || len(p.Bytes) != limit || &p.Bytes[0] == &body[0] {
 		t.Fatalf("Clip: %d bytes, over %v, copied %v", len(p.Bytes), p.Over, &p.Bytes[0] != &body[0])
 	}
 	if whole := Clip([]byte("short"), limit); whole.Over || string(whole.Bytes) != "short" {
@@ -183,15 +194,69 @@ func TestClip(t *testing.T) {
 		t.Errorf("Raw kept %d bytes (full %v), Clip %d", len(w.Part().Bytes), w.Full(), len(p.Bytes))
 	}
 	got := c.Keep(r, "id", time.Time{}, "slow", p, w.Part())
-	if !got.RequestTruncated || !got.ResponseTruncated || len(got.Request) > 100 {
+	if !got.RequestTruncated || !got.ResponseTruncated || len(got.Request) > c.MaxBytes {
 		t.Fatalf("Keep: %+v", got)
 	}
-	if strings.ContainsAny(string(got.Request)+string(got.Response), "0123456789") {
-		t.Errorf("digits of a phone number cut before redaction were kept")
+	for _, b := range [][]byte{got.Request, got.Response} {
+		// The text kept reaches the number: ten placeholders and more.
+		if n := strings.Count(string(b), "[REDACTED:email]"); n != 10 || len(b) < 10*17+6 {
+			t.Errorf("kept %d bytes with %d emails, want all ten and what follows: %q", len(b), n, b)
+		}
+		if strings.ContainsAny(string(b), "0123456789") {
+			t.Errorf("digits of a phone number cut before redaction were kept: %q", b)
+		}
+	}
+	// A match cut in half at the raw limit itself lies in the dropped end.
+	atLimit := []byte(strings.Repeat("x", limit-6) + "13800138000")
+	if got := c.Keep(r, "id", time.Time{}, "slow", Clip(atLimit, limit), Part{}); strings.ContainsAny(string(got.Request), "0123456789") {
+		t.Errorf("half of a number cut at the limit was kept: %q", got.Request)
 	}
 	w.Reset()
 	w.Add([]byte("x 13800138000"))
 	if got := c.Keep(r, "id", time.Time{}, "slow", Part{}, w.Part()); got.ResponseTruncated || string(got.Response) != "x [REDACTED:cn_mobile]" {
 		t.Errorf("after Reset: %+v", got)
+	}
+}
+
+// TestClippedJSON: a JSON body larger than RawLimit is clipped, so it no
+// longer parses and is redacted as text. Its strings are decoded first:
+// in raw JSON a number after an escape (\n, \t, \r, \uXXXX) follows a
+// word character, and the presets' \b would not match there.
+func TestClippedJSON(t *testing.T) {
+	r := presets(t)
+	c := Config{Enabled: true, Retention: time.Hour}
+	content := "Customer record:\n13812345678\nID:\n11010519491231002X\tphone\t13912345678\r\n" +
+		`tel \u0031\u0033\u0037\u0031\u0032\u0033\u0034\u0035\u0036\u0037\u0038 \"quoted\" \ud83d\ude00 `
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + content +
+		strings.Repeat("lorem ipsum ", 320<<10/12) + `"}],"user":13700001111}`)
+	if len(body) <= c.RawLimit() {
+		t.Fatalf("setup: body of %d bytes fits in the raw limit %d", len(body), c.RawLimit())
+	}
+	got := c.Keep(r, "id", time.Time{}, "failed", Clip(body, c.RawLimit()), Part{})
+	if !got.RequestTruncated || len(got.Request) > c.MaxBytes && c.MaxBytes > 0 {
+		t.Fatalf("Keep: truncated %v, %d bytes", got.RequestTruncated, len(got.Request))
+	}
+	s := string(got.Request)
+	for _, leak := range []string{"13812345678", "11010519491231002X", "13912345678", "13712345678", `\u0031\u0033`} {
+		if strings.Contains(s, leak) {
+			t.Errorf("%s kept in clear", leak)
+		}
+	}
+	wantHead := `{"model":"m","messages":[{"role":"user","content":"Customer record:\n[REDACTED:cn_mobile]\nID:\n[REDACTED:cn_id_card]\tphone\t[REDACTED:cn_mobile]\r\ntel [REDACTED:cn_mobile] \"quoted\" 😀 lorem ipsum `
+	if !strings.HasPrefix(s, wantHead) {
+		t.Errorf("head:\n got %.300q\nwant %q", s, wantHead)
+	}
+
+	// Text that is not JSON at all, a cut-off last string, numbers between
+	// strings and a stream's cut data line are redacted the same way.
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":"x\n13812345678","n":13812345678,"b":"y\n1381234`, `{"a":"x\n[REDACTED:cn_mobile]","n":[REDACTED:cn_mobile],"b":"y\n1381234`},
+		{`{"a":"x\n13812345678`, `{"a":"x\n[REDACTED:cn_mobile]`},
+		{`[1, "x\t11010519491231002X\u`, `[1, "x\t[REDACTED:cn_id_card]`},
+		{"data: {\"c\":\"a\\n13812345678\"}\n\ndata: {\"c\":\"\\n1381234567", "data: {\"c\":\"a\\n[REDACTED:cn_mobile]\"}\n\ndata: {\"c\":\"\\n1381234567"},
+	} {
+		if got := string(r.Body([]byte(tc.in))); got != tc.want {
+			t.Errorf("%q\n got %q\nwant %q", tc.in, got, tc.want)
+		}
 	}
 }
