@@ -144,7 +144,7 @@ func TestDedup(t *testing.T) {
 	}
 	for _, a := range steps {
 		for _, d := range ds {
-			d.send(a) // what Run does with each queued alert
+			d.send(ctx, a) // what Run does with each queued alert
 		}
 	}
 	want := []string{"f1 firing warning", "f2 firing warning", "f1 firing critical", "f1 resolved critical", "f1 firing critical"}
@@ -166,7 +166,7 @@ func TestDedup(t *testing.T) {
 
 	srv.Kill(t)
 	rec.sent = nil
-	ds[0].send(alert.Alert{Fingerprint: "f3", State: alert.Firing, Severity: alert.Warning})
+	ds[0].send(ctx, alert.Alert{Fingerprint: "f3", State: alert.Firing, Severity: alert.Warning})
 	if len(rec.sent) != 1 || testutil.ToFloat64(ds[0].errs) != 1 {
 		t.Errorf("with Redis down: sent %v, errors %v; want it sent and counted", rec.sent, testutil.ToFloat64(ds[0].errs))
 	}
@@ -180,7 +180,7 @@ func TestDedupQueue(t *testing.T) {
 	rec := &recorder{}
 	d := NewDedup(rec, srv.Client(t), DedupOptions{Prefix: srv.Prefix(t)})
 	fire := alert.Alert{Fingerprint: "q1", State: alert.Firing, Severity: alert.Warning}
-	for range cap(d.queue) {
+	for range d.max {
 		d.Notify(t.Context(), fire)
 	}
 	if len(rec.sent) != 0 {
@@ -194,10 +194,10 @@ func TestDedupQueue(t *testing.T) {
 	cancel() // Run drains what is queued, then returns
 	d.Run(ctx)
 	if want := []string{"q2 firing warning", "q1 firing warning"}; !slices.Equal(rec.sent, want) {
-		t.Errorf("sent %v, want %v (the %d queued copies of q1 sent once)", rec.sent, want, cap(d.queue))
+		t.Errorf("sent %v, want %v (the %d queued copies of q1 sent once)", rec.sent, want, d.max)
 	}
-	if n := testutil.ToFloat64(d.dropped); n != float64(cap(d.queue)-1) {
-		t.Errorf("dropped %v, want %d", n, cap(d.queue)-1)
+	if n := testutil.ToFloat64(d.dropped); n != float64(d.max-1) {
+		t.Errorf("dropped %v, want %d", n, d.max-1)
 	}
 }
 
