@@ -132,9 +132,19 @@ func (c *Config) QuotaConfig() (quota.Config, error) {
 }
 
 // API protects the JSON API (/api/v1/) and, later, the dashboard. Proxy
-// keys never open it. With no tokens it answers loopback clients only.
+// keys never open it. With no tokens it answers loopback clients only,
+// and never with the captures (capture.enabled needs an admin token).
 type API struct {
 	Tokens []APIToken `yaml:"tokens"`
+}
+
+func (a API) hasAdmin() bool {
+	for _, t := range a.Tokens {
+		if t.Role == "admin" {
+			return true
+		}
+	}
+	return false
 }
 
 // APIToken is one bearer token for the API, given as the token (typically

@@ -488,6 +488,9 @@ func (c *Config) Validate() error {
 	if err := c.Capture.Validate("capture"); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Capture.Enabled && !c.API.hasAdmin() {
+		bad("capture.enabled", "needs an api.tokens entry with role admin: captured text is read with an admin token only, never by an anonymous loopback client")
+	}
 	errs = append(errs, c.Replicas.validate(c.Store.Backend)...)
 	errs = append(errs, c.Admission.validate("admission", c.Auth.Keys)...)
 	for _, m := range sortedKeys(c.Tokenizers) {

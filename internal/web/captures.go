@@ -16,8 +16,16 @@ import (
 // sees every figure of the ledger, gets 403 here.
 
 // admin lets admin tokens through; read tokens get 403, no token 401.
+// With no api.tokens configured, loopback clients are admin for the rest
+// of the API but never here: a sidecar or reverse proxy on the same host
+// makes every client loopback, so captured text needs a real admin token
+// (config validation refuses capture.enabled without one, too).
 func (a *API) admin(h http.HandlerFunc) http.HandlerFunc {
 	return a.read(func(w http.ResponseWriter, r *http.Request) {
+		if len(a.o.Tokens) == 0 {
+			writeErr(w, http.StatusForbidden, "forbidden", "captured request text needs an admin token; configure api.tokens with role admin (anonymous loopback clients never read captures)")
+			return
+		}
 		if a.role(r) != RoleAdmin {
 			writeErr(w, http.StatusForbidden, "forbidden", "captured request text needs an admin token (api.tokens[].role: admin)")
 			return

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +71,31 @@ func TestCapturesAdminOnly(t *testing.T) {
 	}
 	if code, _ := get(t, srv.URL+"/api/v1/captures?reason=odd", "tok-admin"); code != 400 {
 		t.Errorf("bad reason: %d, want 400", code)
+	}
+}
+
+// TestCapturesNeedToken: with no api.tokens, a loopback client (which the
+// test server's is) opens the rest of the API but gets 403 on both
+// captures endpoints, so a process on the same host (a sidecar, a reverse
+// proxy) never reads captured text anonymously.
+func TestCapturesNeedToken(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.AddCaptures(t.Context(), []*capture.Capture{{RequestID: "req-1", At: now.Add(-time.Minute), Reason: "failed", Request: []byte("secret prompt")}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewAPI(Options{Store: st, Captures: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}))
+	t.Cleanup(srv.Close)
+	if code, b := get(t, srv.URL+"/api/v1/requests", ""); code != 200 {
+		t.Fatalf("loopback without tokens no longer opens /api/v1/requests: %d %s", code, b)
+	}
+	for _, path := range []string{"/api/v1/captures", "/api/v1/captures/req-1"} {
+		code, b := get(t, srv.URL+path, "")
+		if code != 403 || strings.Contains(string(b), "secret prompt") || strings.Contains(string(b), "req-1") {
+			t.Errorf("%s from loopback with no tokens: %d %s, want 403", path, code, b)
+		}
 	}
 }
