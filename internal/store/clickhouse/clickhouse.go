@@ -87,6 +87,9 @@ type Store struct {
 	// mu serialises Insert's check-then-write, which makes idempotency by
 	// request_id exact within one process. See Insert for several.
 	mu sync.Mutex
+	// capMu does the same for AddCaptures, apart from mu so a batch of
+	// captures never holds up the ledger's writes.
+	capMu sync.Mutex
 	// now is the clock behind the write version.
 	now func() time.Time
 	loc *time.Location // the report time zone
@@ -209,10 +212,11 @@ func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
 }
 
 func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
-	stored, err := s.storedIDs(ctx, recs)
+	stored, distinct, err := s.storedIDs(ctx, recs)
 	if err != nil {
 		return fmt.Errorf("check stored ids: %w", err)
 	}
+	fresh := distinct - len(stored) // the rows this batch writes
 	e := &enc{b: make([]byte, 0, 4<<10)}
 	ver := math.MaxUint64 - uint64(s.now().UnixNano())
 	n := 0
@@ -232,8 +236,12 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 			// Size the batch's buffer once, from its first row: rows run
 			// from ~500 bytes to over 1 KB with a timeline, and growing
 			// by doubling copied and cleared the batch again each time
-			// (a fifth of the encoding's CPU in BenchmarkIngest).
-			e.b = slices.Grow(e.b, len(e.b)*(len(recs)-1)*5/4)
+			// (a fifth of the encoding's CPU in BenchmarkIngest). Only
+			// for the rows new to the table (a replayed batch is mostly
+			// stored), and at most maxInsertBuf: a first row with a
+			// timeline of several KB times 10,000 rows would otherwise
+			// reserve hundreds of MB; past the cap append grows it.
+			e.b = slices.Grow(e.b, max(0, min(len(e.b)*(fresh-1)*5/4, maxInsertBuf-len(e.b))))
 		}
 	}
 	if n > 0 {
@@ -247,14 +255,18 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	return s.mark(ctx, recs)
 }
 
-// storedIDs returns which RequestIDs of recs are in the table already.
+// maxInsertBuf bounds the buffer an Insert reserves up front.
+const maxInsertBuf = 64 << 20
+
+// storedIDs returns which RequestIDs of recs are in the table already,
+// and how many distinct ids recs holds.
 //
 // The ids travel as an external table (RowBinary in a multipart body), not
 // as a literal IN list: ClickHouse parsed 1000 quoted literals into a
 // syntax tree on every batch, which cost it about three times as much as
 // reading the ids as data (BenchmarkIngest), and a list had to be split to
 // fit max_query_size.
-func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[string]bool, error) {
+func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[string]bool, int, error) {
 	days := map[uint16]bool{}
 	ids := &enc{b: make([]byte, 0, len(recs)*40)}
 	seen := make(map[string]bool, len(recs))
@@ -272,7 +284,7 @@ func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[strin
 	}
 	stored := make(map[string]bool, len(seen))
 	if len(seen) == 0 {
-		return stored, nil
+		return stored, 0, nil
 	}
 	q := fmt.Sprintf("SELECT DISTINCT request_id FROM %s.requests WHERE day IN (%s) AND request_id IN (SELECT id FROM ids) FORMAT RowBinary",
 		quoteIdent(s.db), strings.Join(dayList, ", "))
@@ -286,9 +298,9 @@ func (s *Store) storedIDs(ctx context.Context, recs []*record.Record) (map[strin
 		return d.err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return stored, nil
+	return stored, len(seen), nil
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
