@@ -373,6 +373,10 @@ type Capture struct {
 	Response          []byte
 	RequestTruncated  bool
 	ResponseTruncated bool
+	// RequestBytes and ResponseBytes are the stored bodies' lengths, set
+	// by the store when it reads a capture; a listing (store.Captures)
+	// leaves the bodies themselves out.
+	RequestBytes, ResponseBytes int
 }
 
 // Take builds the capture of a finished request, or nil when it does not

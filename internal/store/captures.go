@@ -18,9 +18,11 @@ type Captures interface {
 	// (the first write wins).
 	AddCaptures(ctx context.Context, cs []*capture.Capture) error
 	// Captures lists captures matching f, newest At first (RequestID
-	// breaks ties), with their bodies.
+	// breaks ties), without their bodies: RequestBytes and ResponseBytes
+	// say how long they are (a listing of 1000 never reads 2000 bodies).
 	Captures(ctx context.Context, f CaptureFilter) ([]*capture.Capture, error)
-	// Capture returns one capture by RequestID, or ErrNotFound.
+	// Capture returns one capture by RequestID, with its bodies and their
+	// lengths, or ErrNotFound.
 	Capture(ctx context.Context, requestID string) (*capture.Capture, error)
 	// PruneCaptures deletes the captures taken before cut and returns how
 	// many went.

@@ -49,7 +49,7 @@ type captureView struct {
 }
 
 func viewCapture(c *capture.Capture, bodies bool) captureView {
-	v := captureView{RequestID: c.RequestID, At: c.At, Reason: c.Reason, RequestBytes: len(c.Request), ResponseBytes: len(c.Response),
+	v := captureView{RequestID: c.RequestID, At: c.At, Reason: c.Reason, RequestBytes: c.RequestBytes, ResponseBytes: c.ResponseBytes,
 		RequestTruncated: c.RequestTruncated, ResponseTruncated: c.ResponseTruncated}
 	if bodies {
 		req, resp := string(c.Request), string(c.Response)

@@ -17,7 +17,8 @@ import (
 // deletes by mutation, as Prune does everywhere in this store.
 //
 // Idempotency by request_id is that of the requests table: a check then
-// an INSERT under the store's mutex within one process, and across
+// an INSERT under a mutex within one process (capMu, the captures' own,
+// so a capture batch never holds up the ledger's Insert), and across
 // replicas ReplacingMergeTree(ver) collapsing two writes of one request
 // (same at_ns, so the same day and sort key), the first write kept — ver
 // falls as the clock rises — with every read through FINAL.
@@ -34,13 +35,16 @@ func capturesTable(db string) string {
 
 const captureColumns = "request_id, at_ns, reason, request, response, request_truncated, response_truncated"
 
+// listColumns are captureColumns with the bodies' lengths for the bodies.
+const listColumns = "request_id, at_ns, reason, toInt64(length(request)), toInt64(length(response)), request_truncated, response_truncated"
+
 // AddCaptures writes the captures of cs not stored yet in one INSERT.
 func (s *Store) AddCaptures(ctx context.Context, cs []*capture.Capture) error {
 	if len(cs) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.capMu.Lock()
+	defer s.capMu.Unlock()
 	stored, err := s.storedCaptures(ctx, cs)
 	if err != nil {
 		return fmt.Errorf("add captures: check stored ids: %w", err)
@@ -125,12 +129,12 @@ func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture
 	if limit <= 0 {
 		limit = defaultLimit
 	}
-	q := "SELECT " + captureColumns + " FROM " + s.table("captures") + " FINAL"
+	q := "SELECT " + listColumns + " FROM " + s.table("captures") + " FINAL"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY at_ns DESC, request_id DESC LIMIT " + quoteInt(int64(limit)) + " FORMAT RowBinary"
-	out, err := s.readCaptures(ctx, q)
+	out, err := s.readCaptures(ctx, q, false)
 	if err != nil {
 		return nil, fmt.Errorf("list captures: %w", err)
 	}
@@ -141,7 +145,7 @@ func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture
 func (s *Store) Capture(ctx context.Context, requestID string) (*capture.Capture, error) {
 	q := "SELECT " + captureColumns + " FROM " + s.table("captures") + " FINAL WHERE request_id = " + quoteString(requestID) +
 		" LIMIT 1 FORMAT RowBinary"
-	out, err := s.readCaptures(ctx, q)
+	out, err := s.readCaptures(ctx, q, true)
 	if err != nil {
 		return nil, fmt.Errorf("read capture %q: %w", requestID, err)
 	}
@@ -151,15 +155,21 @@ func (s *Store) Capture(ctx context.Context, requestID string) (*capture.Capture
 	return out[0], nil
 }
 
-func (s *Store) readCaptures(ctx context.Context, q string) ([]*capture.Capture, error) {
+// readCaptures reads rows of captureColumns (bodies) or of listColumns.
+func (s *Store) readCaptures(ctx context.Context, q string, bodies bool) ([]*capture.Capture, error) {
 	var out []*capture.Capture
 	err := s.c.query(ctx, q, func(d *dec) error {
 		for d.more() {
 			c := &capture.Capture{RequestID: d.str()}
 			c.At = time.Unix(0, d.i64()).UTC()
 			c.Reason = d.str()
-			c.Request = []byte(d.str())
-			c.Response = []byte(d.str())
+			if bodies {
+				c.Request = []byte(d.str())
+				c.Response = []byte(d.str())
+				c.RequestBytes, c.ResponseBytes = len(c.Request), len(c.Response)
+			} else {
+				c.RequestBytes, c.ResponseBytes = int(d.i64()), int(d.i64())
+			}
 			c.RequestTruncated = d.flag()
 			c.ResponseTruncated = d.flag()
 			if d.err == nil {

@@ -55,6 +55,9 @@ func orEmpty(b []byte) []byte {
 
 const captureColumns = "request_id, at, reason, request, response, request_truncated, response_truncated"
 
+// listColumns are captureColumns with the bodies' lengths for the bodies.
+const listColumns = "request_id, at, reason, length(CAST(request AS BLOB)), length(CAST(response AS BLOB)), request_truncated, response_truncated"
+
 // Captures lists captures matching f, newest first.
 func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture.Capture, error) {
 	var where []string
@@ -72,7 +75,7 @@ func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture
 	if limit <= 0 {
 		limit = 100
 	}
-	q := "SELECT " + captureColumns + " FROM captures"
+	q := "SELECT " + listColumns + " FROM captures"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -84,11 +87,15 @@ func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture
 	defer rows.Close()
 	var out []*capture.Capture
 	for rows.Next() {
-		c, err := scanCapture(rows)
-		if err != nil {
+		var (
+			c  capture.Capture
+			at int64
+		)
+		if err := rows.Scan(&c.RequestID, &at, &c.Reason, &c.RequestBytes, &c.ResponseBytes, &c.RequestTruncated, &c.ResponseTruncated); err != nil {
 			return nil, fmt.Errorf("list captures: %w", err)
 		}
-		out = append(out, c)
+		c.At = time.Unix(0, at).UTC()
+		out = append(out, &c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list captures: %w", err)
@@ -117,6 +124,7 @@ func scanCapture(row interface{ Scan(...any) error }) (*capture.Capture, error) 
 		return nil, err
 	}
 	c.At = time.Unix(0, at).UTC()
+	c.RequestBytes, c.ResponseBytes = len(c.Request), len(c.Response)
 	return &c, nil
 }
 
