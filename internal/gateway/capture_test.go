@@ -19,6 +19,8 @@ func captureConfig(url string, slow time.Duration) *config.Config {
 	cfg := testConfig(url)
 	cfg.Capture = capture.Config{Enabled: true, Slow: slow, Retention: time.Hour,
 		Redact: []capture.Rule{{Preset: "cn_id_card"}, {Preset: "cn_mobile"}, {Preset: "email"}}}
+	// capture.enabled is refused without an admin token to read captures.
+	cfg.API.Tokens = []config.APIToken{{Name: "root", TokenSHA256: config.HashKey("tok-admin"), Role: "admin"}}
 	return cfg
 }
 
