@@ -22,22 +22,31 @@ type ledgerStore interface {
 	store.Analytics
 }
 
-// openStore opens the store that store.backend names.
+// openStore opens the store that store.backend names, with store.timezone
+// as its report time zone.
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
+	return openStoreIn(ctx, cfg, cfg.Location(), log)
+}
+
+// openStoreIn is openStore with loc as the report time zone (a CLI --tz).
+// ClickHouse's rollup zone stays store.timezone whatever loc is: the
+// rollups are shared by the fleet, and a one-off report on an empty
+// database must not fix the zone they are cut in.
+func openStoreIn(ctx context.Context, cfg *config.Config, loc *time.Location, log *slog.Logger) (ledgerStore, error) {
 	switch cfg.Store.Backend {
 	case "clickhouse":
 		ch := cfg.Store.ClickHouse
-		st, err := clickhouse.Open(ctx, clickhouse.Config{HTTP: ch.URL, Database: ch.Database, Timeout: ch.Timeout, Location: cfg.Location()}, log)
+		st, err := clickhouse.Open(ctx, clickhouse.Config{HTTP: ch.URL, Database: ch.Database, Timeout: ch.Timeout,
+			Location: loc, RollupZone: cfg.Location()}, log)
 		if err != nil {
 			return nil, err
 		}
 		v := st.Version()
-		log.Info("store: ClickHouse", "url", redactedURL(ch.URL), "database", ch.Database, "server_version", v.String(),
+		log.Info("store: ClickHouse; reports read its hourly rollups", "url", redactedURL(ch.URL), "database", ch.Database, "server_version", v.String(),
 			"batch_size", cfg.Store.BatchSize, "flush_interval", cfg.Store.FlushInterval, "queue", cfg.QueueDir())
-		log.Warn("ClickHouse store: reports aggregate the ledger rows themselves (no rollups yet), so a long report reads every row of its period")
 		return st, nil
 	case "", "sqlite":
-		st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log, sqlite.WithLocation(cfg.Location()))
+		st, err := sqlite.Open(ctx, cfg.Store.SQLite.Path, log, sqlite.WithLocation(loc))
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
@@ -96,21 +105,22 @@ func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool)
 	if err != nil {
 		return nil, err
 	}
-	if loc != nil {
-		cfg.Store.Timezone = loc.String()
+	if loc == nil {
+		loc = cfg.Location()
 	}
-	l.loc = cfg.Location()
+	l.loc = loc
 	switch cfg.Store.Backend {
 	case "", "sqlite":
 		if l.set("db") {
 			cfg.Store.SQLite.Path = l.db
 		}
-		return openSQLite(ctx, cfg.Store.SQLite.Path, cfg.Location(), create, "store.sqlite.path of "+l.config)
+		return openSQLite(ctx, cfg.Store.SQLite.Path, loc, create, "store.sqlite.path of "+l.config)
 	}
 	if l.set("db") {
 		return nil, fmt.Errorf("--db names a SQLite ledger, but %s uses store.backend %s: give one of --db and --config", l.config, cfg.Store.Backend)
 	}
-	return openStore(ctx, cfg, quiet)
+	// loc is the report zone only: store.timezone stays the rollup zone.
+	return openStoreIn(ctx, cfg, loc, quiet)
 }
 
 func openSQLite(ctx context.Context, path string, loc *time.Location, create bool, hint string) (ledgerStore, error) {

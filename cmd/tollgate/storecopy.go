@@ -27,9 +27,10 @@ import (
 // lacks is added (a multiset difference: a row the source holds twice is
 // added until the destination holds it twice). Days are written at most
 // once per day by the store itself (AddWindowDay). SQLite's cost rollups
-// are not copied: the ClickHouse store has none yet and reports from the
-// ledger rows, so periods the SQLite ledger no longer holds are not in
-// ClickHouse's reports.
+// are not copied: ClickHouse builds its own rollups from the ledger rows
+// it is given (each Insert marks its pieces for the next roll-up pass),
+// so periods the SQLite ledger no longer holds (past retention.ledger,
+// kept only in SQLite's day rollups) are not in ClickHouse's reports.
 
 // copied counts what copyAnalytics added.
 type copied struct{ events, minutes, hours, days, samples int }

@@ -70,6 +70,11 @@ type Config struct {
 	// change, days and months in the new zone are read from UTC hours, as
 	// for a query in another zone.
 	Location *time.Location
+	// RollupZone is the zone the rollups are built in when the database
+	// has none recorded yet: the deployment's store.timezone, never a
+	// one-off report zone (a CLI --tz). Default Location. Once recorded,
+	// the earliest recorded zone wins over this (see openRollups).
+	RollupZone *time.Location
 }
 
 // defaultTimeout is Config.Timeout's zero value: ample for a batch of
@@ -122,9 +127,12 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("open ClickHouse store: HTTP address %q: want http://host:port", redact(cfg.HTTP))
 	}
-	s := &Store{db: cfg.Database, log: log, now: time.Now, loc: cfg.Location}
+	s := &Store{db: cfg.Database, log: log, now: time.Now, loc: cfg.Location, zone: cfg.RollupZone}
 	if s.loc == nil {
 		s.loc = time.UTC
+	}
+	if s.zone == nil {
+		s.zone = s.loc
 	}
 	hc := cfg.Client
 	if hc == nil {

@@ -90,11 +90,54 @@ func rollupDDL(db string) []string {
 	}
 }
 
-// openRollups fixes the rollup zone: the one recorded when the rollups
-// were created, so that pieces written before and after a change of
-// Config.Location never overlap. A report in another zone reads whole UTC
-// hours, as the SQLite store does for a zone other than its own.
+// openRollups fixes the rollup zone: the earliest one recorded, so that
+// pieces written before and after a change of Config.Location never
+// overlap. On a database without one, s.zone (Config.RollupZone) is
+// recorded — and then the earliest record read back and adopted: replicas
+// opening an empty database together each find none and each record
+// their own, and all of them must cut pieces in the one readers take,
+// or an 18:00 whole-hour piece and an 18:30 half-hour piece would both
+// be counted. A report in another zone reads whole UTC hours, as the
+// SQLite store does for a zone other than its own.
 func (s *Store) openRollups(ctx context.Context) error {
+	name, err := s.rollupZone(ctx)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		if err := s.setState(ctx, "zone", 0, s.zone.String()); err != nil {
+			return err
+		}
+		if testHookZoneRecorded != nil {
+			testHookZoneRecorded(s.db)
+		}
+		if name, err = s.rollupZone(ctx); err != nil {
+			return err
+		}
+		if name == "" {
+			return fmt.Errorf("read rollup zone: none recorded after writing %q", s.zone.String())
+		}
+	}
+	if name != s.zone.String() {
+		z, err := time.LoadLocation(name)
+		if err != nil {
+			return fmt.Errorf("rollup zone %q (recorded when the rollups were created): %w", name, err)
+		}
+		s.zone = z
+	}
+	if name != s.loc.String() {
+		s.log.Warn("report time zone differs from the one the rollups were built in; days and months in it are read from UTC hours",
+			"zone", s.loc.String(), "rollup_zone", name)
+	}
+	return nil
+}
+
+// testHookZoneRecorded, when set, runs between recording the rollup zone
+// and reading it back (a test's other replica).
+var testHookZoneRecorded func(db string)
+
+// rollupZone returns the earliest recorded rollup zone, "" when none.
+func (s *Store) rollupZone(ctx context.Context) (string, error) {
 	var names []string
 	q := "SELECT text FROM " + s.table(rollupState) + " WHERE name = 'zone' ORDER BY at, text LIMIT 1 FORMAT RowBinary"
 	if err := s.c.query(ctx, q, func(d *dec) error {
@@ -103,24 +146,12 @@ func (s *Store) openRollups(ctx context.Context) error {
 		}
 		return d.err
 	}); err != nil {
-		return fmt.Errorf("read rollup zone: %w", err)
+		return "", fmt.Errorf("read rollup zone: %w", err)
 	}
 	if len(names) == 0 {
-		s.zone = s.loc
-		return s.setState(ctx, "zone", 0, s.loc.String())
+		return "", nil
 	}
-	if names[0] == s.loc.String() {
-		s.zone = s.loc
-		return nil
-	}
-	z, err := time.LoadLocation(names[0])
-	if err != nil {
-		return fmt.Errorf("rollup zone %q (recorded when the rollups were created): %w", names[0], err)
-	}
-	s.zone = z
-	s.log.Warn("report time zone differs from the one the rollups were built in; days and months in it are read from UTC hours",
-		"zone", s.loc.String(), "rollup_zone", names[0])
-	return nil
+	return names[0], nil
 }
 
 func (s *Store) setState(ctx context.Context, name string, num int64, text string) error {
