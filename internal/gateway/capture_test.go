@@ -206,8 +206,13 @@ func TestCaptureHidesKeys(t *testing.T) {
 	tg := newTestGatewayWith(t, cfg, func(o *Options) {
 		o.Capture = func(_ context.Context, cs []*capture.Capture) error { got <- cs; return nil }
 	})
-	readAll(t, post(t, tg.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
-		map[string]string{"Authorization": "Bearer " + clientKey}))
+	client := string(readAll(t, post(t, tg.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"Authorization": "Bearer " + clientKey})))
+	// The error is OpenAI-shaped, so it is relayed as the engine wrote
+	// it — but without the keys it echoes.
+	if strings.Contains(client, "SECRET") || !strings.Contains(client, "[redacted]") {
+		t.Errorf("client got %s", client)
+	}
 	tg.next(t)
 	var cs []*capture.Capture
 	select {

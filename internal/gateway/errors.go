@@ -134,8 +134,16 @@ func openAIShaped(body []byte) bool {
 	return json.Unmarshal(body, &v) == nil && v.Error != nil && v.Error.Message != nil
 }
 
+// maxEngineBody bounds how much of an engine's error body is read for
+// its text: the message is cut to maxEngineText anyway, and a proxy's
+// error page can be megabytes (the body may be up to max_response_bytes).
+const maxEngineBody = 16 << 10
+
 // engineText is the human part of an engine's error body, on one line.
 func engineText(body []byte) string {
+	if len(body) > maxEngineBody {
+		body = body[:maxEngineBody] // not JSON any more: read as HTML or text
+	}
 	body = bytes.TrimSpace(body)
 	var s string
 	var v any
@@ -195,10 +203,14 @@ func jsonErrorText(v any, raw []byte) string {
 }
 
 // htmlText is the text of an HTML error page (a proxy's 502 page): tags,
-// scripts and styles dropped, entities decoded.
+// scripts and styles dropped, entities decoded. Tags are matched in an
+// ASCII-lowered copy of the same length, made once: strings.ToLower may
+// change a string's length (invalid bytes, "İ"), which would put indexes
+// found in the copy outside the original, and lowering at every tag made
+// the scan quadratic.
 func htmlText(b []byte) string {
 	var out strings.Builder
-	s := string(b)
+	s, lower := string(b), asciiLower(b)
 	for len(s) > 0 {
 		i := strings.IndexByte(s, '<')
 		if i < 0 {
@@ -207,8 +219,7 @@ func htmlText(b []byte) string {
 		}
 		out.WriteString(s[:i])
 		out.WriteByte(' ')
-		s = s[i:]
-		lower := strings.ToLower(s)
+		s, lower = s[i:], lower[i:]
 		for _, skip := range []string{"script", "style"} {
 			if strings.HasPrefix(lower, "<"+skip) {
 				if j := strings.Index(lower, "</"+skip); j >= 0 {
@@ -220,9 +231,22 @@ func htmlText(b []byte) string {
 		if j < 0 {
 			break
 		}
-		s = s[j+1:]
+		s, lower = s[j+1:], lower[j+1:]
 	}
 	return html.UnescapeString(out.String())
+}
+
+// asciiLower lowers ASCII letters only, so the result has b's length and
+// every index in it is an index in b.
+func asciiLower(b []byte) string {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return string(out)
 }
 
 // tokenLike matches bearer tokens and OpenAI-style keys an engine or a
@@ -236,4 +260,20 @@ func redact(s string, secrets []string) string {
 		}
 	}
 	return tokenLike.ReplaceAllString(s, "[redacted]")
+}
+
+// redactBody cuts secrets out of an engine's error that is relayed as the
+// engine wrote it (OpenAI-shaped: "Incorrect API key provided: sk-…" is
+// that shape). The replacement holds no JSON metacharacter, so a JSON
+// body stays valid; a body without secrets is returned as is.
+func redactBody(b []byte, secrets []string) []byte {
+	for _, sec := range secrets {
+		if len(sec) >= 4 && bytes.Contains(b, []byte(sec)) {
+			b = bytes.ReplaceAll(b, []byte(sec), []byte("[redacted]"))
+		}
+	}
+	if tokenLike.Match(b) {
+		b = tokenLike.ReplaceAll(b, []byte("[redacted]"))
+	}
+	return b
 }

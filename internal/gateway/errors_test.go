@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -96,7 +97,8 @@ func TestEngineEventError(t *testing.T) {
 // FuzzEngineError: any engine body gives a bounded, valid UTF-8,
 // OpenAI-shaped error (or is OpenAI-shaped already), never a panic.
 func FuzzEngineError(f *testing.F) {
-	for _, s := range []string{"", `{"error":"x","error_type":"y"}`, `{"error":{"message":"m"}}`, "<html><script>", "<a", `"s"`, "\xff", "sk-aaaaaaaaaaaa"} {
+	for _, s := range []string{"", `{"error":"x","error_type":"y"}`, `{"error":{"message":"m"}}`, "<html><script>", "<a", `"s"`, "\xff", "sk-aaaaaaaaaaaa",
+		"<p>\xff\xff\xff\xff</p><script>x</script>", "<p>İİİİ</p><style>a{}</style>ok"} {
 		f.Add(http.StatusServiceUnavailable, s)
 	}
 	f.Fuzz(func(t *testing.T, status int, body string) {
@@ -117,4 +119,47 @@ func FuzzEngineError(f *testing.F) {
 			t.Fatalf("body %s", e.body())
 		}
 	})
+}
+
+// TestHTMLTextLengthChanges: strings.ToLower changes the length of
+// invalid bytes and of some letters; tag indexes found in a lowered copy
+// must still fit the original (a 502 page in Latin-1 with a script used
+// to panic the request's goroutine: slice bounds out of range).
+func TestHTMLTextLengthChanges(t *testing.T) {
+	for _, page := range []string{
+		"<html><p>Serveur indisponible</p><script>var a='\xe9\xe9\xe9\xe9\xe9\xe9\xe9\xe9\xe9\xe9\xe9\xe9';</script><p>r\xe9essayez</p></html>",
+		"<html><STYLE>p{content:'İİİİİİİİİİİİİİİİİİİİ'}</STYLE><p>hata</p></html>",
+	} {
+		got := htmlText([]byte(page))
+		if strings.Contains(got, "var a") || strings.Contains(got, "p{") {
+			t.Errorf("htmlText(%q) = %q: script or style kept", page, got)
+		}
+		if !strings.Contains(got, "hata") && !strings.Contains(got, "essayez") {
+			t.Errorf("htmlText(%q) = %q: text after the script lost", page, got)
+		}
+	}
+}
+
+// TestEngineTextBounded: a megabyte error page is read to maxEngineBody
+// only (its text is cut to maxEngineText anyway).
+func TestEngineTextBounded(t *testing.T) {
+	page := "<html><title>502 Bad Gateway</title>" + strings.Repeat("<div>x</div>", 100000) + "<p>END-MARK</p></html>"
+	got := engineText([]byte(page))
+	if !strings.HasPrefix(got, "502 Bad Gateway") || strings.Contains(got, "END-MARK") {
+		t.Errorf("engineText of a %d-byte page: %.80q… (want its start only)", len(page), got)
+	}
+}
+
+// TestRedactBodyKeepsJSON: an OpenAI-shaped error relayed as is loses the
+// secrets it echoes and stays valid JSON in the same shape.
+func TestRedactBodyKeepsJSON(t *testing.T) {
+	body := []byte(`{"error":{"message":"Incorrect API key provided: sk-upstream-SECRET-4242. Authorization: Bearer abcdefgh12345678","type":"invalid_request_error"}}`)
+	got := redactBody(body, []string{"sk-upstream-SECRET-4242"})
+	if bytes.Contains(got, []byte("SECRET")) || bytes.Contains(got, []byte("abcdefgh12345678")) || !openAIShaped(got) {
+		t.Errorf("redactBody = %s", got)
+	}
+	plain := []byte(`{"error":{"message":"model not found"}}`)
+	if got := redactBody(plain, []string{"sk-upstream-SECRET-4242"}); &got[0] != &plain[0] {
+		t.Error("a body without secrets was copied")
+	}
 }

@@ -260,6 +260,8 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					engErr = c.Error
 					if e := engineEventError(ev.Data, rec.Upstream, ex.secrets(u)...); e != nil {
 						out = streamError(e)
+					} else {
+						out = redactBody(out, ex.secrets(u))
 					}
 				}
 				if ex.injected {
@@ -436,6 +438,7 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 			ex.relayEngineError(rec, resp, e)
 			return
 		}
+		body = redactBody(body, ex.secrets(u))
 	}
 	h := ex.w.Header()
 	copyHeaders(h, resp.Header)
