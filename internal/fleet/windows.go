@@ -140,7 +140,7 @@ func (w *Windows) Window(from, to time.Time, sel window.Selector, by []string, q
 			if !match(sel, r.k) {
 				continue
 			}
-			g := group(out, r.k, by)
+			g := window.GroupIn(out, r.k, by)
 			if err := g.Stats.MergeBinary(r.data, qs...); err != nil {
 				w.log.Warn("skipping an unreadable window minute", "minute", time.Unix(m, 0).UTC(), "err", err)
 			}
@@ -171,7 +171,7 @@ func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by
 	out := map[string]*window.Group{}
 	for k, s := range series {
 		if match(sel, k) {
-			group(out, k, by).Stats.Merge(s)
+			window.GroupIn(out, k, by).Stats.Merge(s)
 		}
 	}
 	return out, nil
@@ -184,27 +184,4 @@ func match(sel window.Selector, k window.Key) bool {
 		}
 	}
 	return true
-}
-
-// group is the group of k in out, made with the labels of by set.
-func group(out map[string]*window.Group, k window.Key, by []string) *window.Group {
-	gk := window.GroupKey(k, by)
-	g := out[gk]
-	if g == nil {
-		g = &window.Group{}
-		for _, l := range by {
-			switch l {
-			case "model":
-				g.Key.Model = k.Model
-			case "biz_line":
-				g.Key.BizLine = k.BizLine
-			case "upstream":
-				g.Key.Upstream = k.Upstream
-			case "template":
-				g.Key.Template = k.Template
-			}
-		}
-		out[gk] = g
-	}
-	return g
 }

@@ -347,6 +347,12 @@ type Group struct {
 }
 
 func addTo(out map[string]*Group, k Key, by []string, s *Stats, q Quantity) {
+	GroupIn(out, k, by).Stats.merge(s, q)
+}
+
+// GroupIn is the group of k in out (keyed by GroupKey), made on first use
+// with only the labels of by set in its Key.
+func GroupIn(out map[string]*Group, k Key, by []string) *Group {
 	gk := GroupKey(k, by)
 	g := out[gk]
 	if g == nil {
@@ -365,7 +371,7 @@ func addTo(out map[string]*Group, k Key, by []string, s *Stats, q Quantity) {
 		}
 		out[gk] = g
 	}
-	g.Stats.merge(s, q)
+	return g
 }
 
 // Hour merges one closed UTC hour [h, h+1h) from the store, for baselines
