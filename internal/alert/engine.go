@@ -109,6 +109,12 @@ func (e *Engine) Rules() []Rule { return slices.Clone(e.rules) }
 
 // Run evaluates every interval until ctx ends.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) {
+	Every(ctx, interval, func(ctx context.Context, now time.Time) { e.Eval(ctx, now) })
+}
+
+// Every calls eval at each tick of interval (30 s when not positive)
+// until ctx ends.
+func Every(ctx context.Context, interval time.Duration, eval func(ctx context.Context, now time.Time)) {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
@@ -119,7 +125,7 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			e.Eval(ctx, now)
+			eval(ctx, now)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/alert"
 )
 
 // Evaluator runs the alert engine of a fleet: on each tick, only while
@@ -24,19 +26,7 @@ type Evaluator struct {
 
 // Run evaluates every interval until ctx ends.
 func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = 30 * time.Second
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			e.Step(ctx, now)
-		}
-	}
+	alert.Every(ctx, interval, func(ctx context.Context, now time.Time) { e.Step(ctx, now) })
 }
 
 // Step is one tick of Run: it reports whether it evaluated.
