@@ -5,130 +5,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/childproc"
 )
 
 // proc is one arm (or the mock) running as a child process.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	addr    string
-	logPath string
-	done    chan struct{}
-	waitErr error
-}
-
-// freeAddr picks a loopback port that is free now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+type proc = childproc.Proc
 
 // startProc runs exe args with env added, its output in logPath, waits
 // until http://addr/healthz answers, and pins it to cpu (−1: not pinned).
 func startProc(ctx context.Context, name, exe string, args, env []string, addr, logPath string, cpu int) (*proc, error) {
-	lf, err := os.Create(logPath)
+	p, err := childproc.Start(ctx, childproc.Spec{Name: name, Exe: exe, Args: args, Env: env, Addr: addr, LogPath: logPath, Within: 2 * time.Minute})
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, addr: addr, logPath: logPath, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = lf, lf
-	if err := p.cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	if err := p.waitReady(ctx, 2*time.Minute); err != nil {
-		p.kill()
-		return nil, err
-	}
 	if cpu >= 0 {
-		if err := pinTasks(p.cmd.Process.Pid, cpu); err != nil {
-			p.kill()
+		if err := pinTasks(p.Pid(), cpu); err != nil {
+			p.Kill()
 			return nil, fmt.Errorf("pin %s to CPU %d: %w", name, cpu, err)
 		}
 	}
 	return p, nil
-}
-
-// waitReady polls /healthz until it answers 200, the process exits or
-// the deadline passes.
-func (p *proc) waitReady(ctx context.Context, within time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		resp, err := c.Get("http://" + p.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready at %s within %s; its log:\n%s", p.name, p.addr, within, p.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); its log:\n%s", p.name, p.waitErr, p.logTail())
-		case <-tick.C:
-		}
-	}
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop sends SIGTERM and waits for the exit (tollgate serve flushes its
-// ledger on the way out); past within it kills.
-func (p *proc) stop(within time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(within):
-		p.kill()
-		return fmt.Errorf("%s did not stop within %s after SIGTERM; killed", p.name, within)
-	}
-	var ee *exec.ExitError
-	if p.waitErr != nil && !errors.As(p.waitErr, &ee) {
-		return p.waitErr
-	}
-	if ee != nil && ee.ExitCode() != 0 {
-		return fmt.Errorf("%s exited with %v; its log:\n%s", p.name, p.waitErr, p.logTail())
-	}
-	return nil
-}
-
-func (p *proc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *proc) logTail() string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
 }
 
 // clockTick is USER_HZ: the unit of utime and stime in /proc/PID/stat,

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // reads the B arm's ledger
+
+	"github.com/tollgate-dev/tollgate/internal/childproc"
 )
 
 // Arms, in their nominal order; each round runs them shuffled. BC, B on
@@ -134,7 +136,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Machine.Pinning = "none: fewer than 2 CPUs"
 	}
 
-	mockAddr, err := freeAddr()
+	mockAddr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = mock.stop(10 * time.Second) }()
+	defer func() { _ = mock.Stop(10 * time.Second) }()
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0x0bead))
 	var seq atomic.Int64
@@ -264,7 +266,7 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 	procs := map[string]*proc{}
 	defer func() {
 		for _, p := range procs {
-			_ = p.stop(time.Minute)
+			_ = p.Stop(time.Minute)
 		}
 	}()
 	sutEnv := append(append([]string{}, o.Env...), "GOMAXPROCS=1")
@@ -276,20 +278,20 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 		defer func() { _ = chExec(context.Background(), o.ClickHouse, "DROP DATABASE IF EXISTS "+chDB, nil) }()
 	}
 	for _, arm := range sut {
-		addr, err := freeAddr()
+		addr, err := childproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
 		var args []string
 		if arm == "A" {
-			args = []string{"bench", "overhead", "--role", "bare", "--listen", addr, "--upstream", "http://" + mock.addr}
+			args = []string{"bench", "overhead", "--role", "bare", "--listen", addr, "--upstream", "http://" + mock.Addr}
 		} else {
 			cfg := filepath.Join(dir, arm+".yml")
 			st := storeSection{sqlite: filepath.Join(dir, arm+".db"), accounting: arm != "B0"}
 			if arm == "BC" {
 				st.clickhouse, st.database = o.ClickHouse, chDB
 			}
-			if err := os.WriteFile(cfg, []byte(serveConfig(addr, "http://"+mock.addr+"/v1", st)), 0o644); err != nil {
+			if err := os.WriteFile(cfg, []byte(serveConfig(addr, "http://"+mock.Addr+"/v1", st)), 0o644); err != nil {
 				return nil, err
 			}
 			args = []string{"serve", "--config", cfg}
@@ -306,9 +308,9 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 	round := &Round{N: r, Order: order, Arms: map[string]*ArmResult{}}
 	fmt.Fprintf(o.Progress, "round %d/%d: order %s\n", r, o.Rounds, strings.Join(order, " "))
 	for _, arm := range order {
-		base, pid := "http://"+mock.addr, 0
+		base, pid := "http://"+mock.Addr, 0
 		if p := procs[arm]; p != nil {
-			base, pid = "http://"+p.addr, p.pid()
+			base, pid = "http://"+p.Addr, p.Pid()
 		}
 		t := target{base: base, tag: fmt.Sprintf("%s/%d", arm, r)}
 		ar, err := runArm(ctx, o, t, pid, sutCPU, seq)
@@ -324,7 +326,7 @@ func runRound(ctx context.Context, o *Options, r int, mock *proc, sutCPU int, rn
 	for _, arm := range sut {
 		p := procs[arm]
 		delete(procs, arm)
-		if err := p.stop(2 * time.Minute); err != nil {
+		if err := p.Stop(2 * time.Minute); err != nil {
 			return nil, err
 		}
 	}
@@ -572,7 +574,7 @@ func (m *memSampler) stop() int64 {
 // the mock's counts under B's tag; B0's ledger must be empty.
 func checkLedger(ctx context.Context, mock *proc, r int, dir string, b *ArmResult) (Integrity, error) {
 	var in Integrity
-	sent, err := mockSent(ctx, mock.addr, fmt.Sprintf("B/%d", r))
+	sent, err := mockSent(ctx, mock.Addr, fmt.Sprintf("B/%d", r))
 	if err != nil {
 		return in, err
 	}
@@ -618,7 +620,7 @@ func mockSent(ctx context.Context, addr, tag string) (Sent, error) {
 // base, read with FINAL: replays collapse) with the mock's counts under
 // BC's tag.
 func checkClickHouse(ctx context.Context, mock *proc, r int, base, db string) (*StoreIntegrity, error) {
-	sent, err := mockSent(ctx, mock.addr, fmt.Sprintf("BC/%d", r))
+	sent, err := mockSent(ctx, mock.Addr, fmt.Sprintf("BC/%d", r))
 	if err != nil {
 		return nil, err
 	}

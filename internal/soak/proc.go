@@ -4,111 +4,14 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	_ "modernc.org/sqlite" // the ledger's driver, to count its rows
 )
-
-// proc is a child process: the simulator or the gateway.
-type proc struct {
-	name, logPath string
-	cmd           *exec.Cmd
-	done          chan struct{}
-	waitErr       error
-}
-
-// freeAddr picks a loopback port that is free now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// startProc runs exe args, its output in logPath, and waits until
-// http://addr+health answers 200.
-func startProc(ctx context.Context, name, exe string, args []string, addr, health, logPath string) (*proc, error) {
-	lf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	p := &proc{name: name, logPath: logPath, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, args...)
-	p.cmd.Stdout, p.cmd.Stderr = lf, lf
-	if err := p.cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := c.Get("http://" + addr + health)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("%s not ready at %s within a minute; its log is %s", name, addr, logPath)
-		}
-		select {
-		case <-ctx.Done():
-			p.kill()
-			return nil, ctx.Err()
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited before it was ready (%v); its log is %s", name, p.waitErr, logPath)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop sends SIGTERM and waits for the exit (serve flushes its ledger on
-// the way out); past within it kills.
-func (p *proc) stop(within time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(within):
-		p.kill()
-		return fmt.Errorf("%s did not stop within %s after SIGTERM; killed", p.name, within)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.waitErr, &ee) && ee.ExitCode() != 0 {
-		return fmt.Errorf("%s exited with %v; its log is %s", p.name, p.waitErr, p.logPath)
-	}
-	return nil
-}
-
-// kill ends the process if it still runs; safe to call more than once.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
 
 // rss is the process's resident set in KiB (VmRSS).
 func rss(pid int) (int64, error) {

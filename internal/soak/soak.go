@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/childproc"
 	"github.com/tollgate-dev/tollgate/internal/loadgen"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 )
@@ -145,40 +146,42 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	simAddr, err := freeAddr()
+	simAddr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	gwAddr, err := freeAddr()
+	gwAddr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	// Enough batch slots that the engine never queues at this rate, and no
 	// per-sequence decode cost, so a stream's length does not depend on
 	// how many others run: the gateway sees the same load all along.
-	simProc, err := startProc(ctx, "sim", o.Exe, []string{"sim", "--listen", simAddr, "--max-running", "4096", "--decode-per-seq", "0"},
-		simAddr, "/health", o.Dir+"/sim.log")
+	simProc, err := childproc.Start(ctx, childproc.Spec{Name: "sim", Exe: o.Exe,
+		Args: []string{"sim", "--listen", simAddr, "--max-running", "4096", "--decode-per-seq", "0"},
+		Addr: simAddr, Health: "/health", LogPath: o.Dir + "/sim.log"})
 	if err != nil {
 		return nil, err
 	}
-	defer simProc.kill()
+	defer simProc.Kill()
 	db := o.Dir + "/soak.db"
 	cfg := o.Dir + "/soak.yml"
 	if err := os.WriteFile(cfg, []byte(serveConfig(gwAddr, "http://"+simAddr+"/v1", db)), 0o644); err != nil {
 		return nil, err
 	}
-	gw, err := startProc(ctx, "serve", o.Exe, []string{"serve", "--config", cfg}, gwAddr, "/healthz", o.Dir+"/serve.log")
+	gw, err := childproc.Start(ctx, childproc.Spec{Name: "serve", Exe: o.Exe, Args: []string{"serve", "--config", cfg},
+		Addr: gwAddr, LogPath: o.Dir + "/serve.log"})
 	if err != nil {
 		return nil, err
 	}
-	defer gw.kill()
+	defer gw.Kill()
 
 	rep := &Report{Duration: o.Duration, Rate: o.Rate, SettledAfter: -1}
 	scrape := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	read := func(phase string, at time.Duration) (Sample, error) {
 		s := Sample{At: at.Round(time.Second), Phase: phase}
 		var err error
-		if s.RSSKiB, err = rss(gw.pid()); err != nil {
+		if s.RSSKiB, err = rss(gw.Pid()); err != nil {
 			return s, err
 		}
 		m, err := scrapeGauges(ctx, scrape, "http://"+gwAddr+"/metrics", "go_goroutines", "tollgate_requests_in_flight")
@@ -306,7 +309,7 @@ sampling:
 		}
 	}
 
-	if err := gw.stop(time.Minute); err != nil {
+	if err := gw.Stop(time.Minute); err != nil {
 		return rep, err
 	}
 	if rep.LedgerRows, err = ledgerRows(ctx, db); err != nil {
