@@ -101,15 +101,11 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	if o.Exe, err = os.Executable(); err != nil {
 		return fmt.Errorf("find the tollgate binary: %w", err)
 	}
-	o.Dir = *dir
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "tollgate-overhead-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(o.Dir)
-	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return fmt.Errorf("--dir: %w", err)
+	var done func()
+	if o.Dir, done, err = benchWorkDir(*dir, "tollgate-overhead-"); err != nil {
+		return err
 	}
+	defer done()
 	if *raw != "" {
 		f, err := os.Create(*raw)
 		if err != nil {
@@ -123,14 +119,8 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("bench overhead: %w", err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		rep.WriteText(stdout)
+	if err := writeBenchReport(stdout, *asJSON, rep); err != nil {
+		return err
 	}
 	// Lost rows or frames are failures; speed never is.
 	if rep.RowsLost > 0 || !rep.TokensMatch || rep.FramesLostAll > 0 {

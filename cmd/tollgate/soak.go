@@ -42,15 +42,11 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if o.Exe, err = os.Executable(); err != nil {
 		return fmt.Errorf("find the tollgate binary: %w", err)
 	}
-	o.Dir = *dir
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "tollgate-soak-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(o.Dir)
-	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return fmt.Errorf("--dir: %w", err)
+	var done func()
+	if o.Dir, done, err = benchWorkDir(*dir, "tollgate-soak-"); err != nil {
+		return err
 	}
+	defer done()
 	o.Progress = stderr
 
 	rep, err := soak.Run(ctx, o)
@@ -66,14 +62,8 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return fmt.Errorf("--output: %w", err)
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		rep.WriteText(stdout)
+	if err := writeBenchReport(stdout, *asJSON, rep); err != nil {
+		return err
 	}
 	if !rep.Passed() {
 		return fmt.Errorf("bench soak failed: %d limit(s) broken", len(rep.Failures))
