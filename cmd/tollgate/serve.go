@@ -149,14 +149,7 @@ func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Analytics, log 
 // by then); at start it catches up on the last day. Idempotent.
 func allocateGPU(ctx context.Context, l billing.Ledger, tbl *cost.Table, log *slog.Logger) {
 	from := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
-	t := time.NewTimer(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	repeat(ctx, func() time.Duration {
 		to := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Hour)
 		if to.After(from) {
 			n, err := billing.AllocateGPUHours(ctx, l, tbl, from, to)
@@ -167,8 +160,22 @@ func allocateGPU(ctx context.Context, l billing.Ledger, tbl *cost.Table, log *sl
 				from = to
 			}
 		}
-		next := time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute)
-		t.Reset(time.Until(next))
+		return time.Until(time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute))
+	})
+}
+
+// repeat runs pass a minute after start-up, then again after each wait
+// pass returns, until ctx ends: serve's background passes.
+func repeat(ctx context.Context, pass func() (wait time.Duration)) {
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(pass())
 	}
 }
 
@@ -239,14 +246,7 @@ func scrapeEngines(ctx context.Context, cfg *config.Config, a store.Analytics, l
 // prune enforces the retention hourly, starting a minute after start-up so
 // it never competes with a burst of start-up traffic.
 func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.Logger) {
-	t := time.NewTimer(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	repeat(ctx, func() time.Duration {
 		n, err := a.Prune(ctx, time.Now(), r)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -254,8 +254,8 @@ func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.
 		case n > 0:
 			log.Info("retention pass", "deleted_rows", n)
 		}
-		t.Reset(time.Hour)
-	}
+		return time.Hour
+	})
 }
 
 // roller is a store whose rollups are recomputed by a pass (ClickHouse).
@@ -263,20 +263,15 @@ type roller interface {
 	RollUp(ctx context.Context) error
 }
 
-// rollUp runs the store's roll-up pass every minute.
+// rollUp runs the store's roll-up pass a minute after the previous one
+// ended.
 func rollUp(ctx context.Context, r roller, log *slog.Logger) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	repeat(ctx, func() time.Duration {
 		if err := r.RollUp(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("roll-up pass failed", "err", err)
 		}
-	}
+		return time.Minute
+	})
 }
 
 // pruneCaptures deletes captures older than keep, on both backends (the
@@ -286,14 +281,7 @@ func rollUp(ctx context.Context, r roller, log *slog.Logger) {
 // captures taken before capture was turned off still go.
 func pruneCaptures(ctx context.Context, c store.Captures, keep time.Duration, log *slog.Logger) {
 	every := min(max(keep/4, time.Minute), time.Hour)
-	t := time.NewTimer(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	repeat(ctx, func() time.Duration {
 		n, err := c.PruneCaptures(ctx, time.Now().Add(-keep))
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -301,8 +289,8 @@ func pruneCaptures(ctx context.Context, c store.Captures, keep time.Duration, lo
 		case n > 0:
 			log.Info("capture retention pass", "deleted", n)
 		}
-		t.Reset(every)
-	}
+		return every
+	})
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
