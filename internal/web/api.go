@@ -8,10 +8,12 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -208,28 +210,15 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.Filter{UserID: q.Get("user"), BizLine: q.Get("biz_line"), Model: q.Get("model"), TraceID: q.Get("trace_id"), TemplateID: q.Get("template")}
-	var err error
-	parse := func(name string, fn func(string) error) {
-		if v := q.Get(name); v != "" && err == nil {
-			if e := fn(v); e != nil {
-				err = errors.New(name + ": " + e.Error())
-			}
-		}
-	}
-	parse("since", func(v string) (e error) { f.Since, e = report.ParseTime(v, a.o.Loc); return })
-	parse("until", func(v string) (e error) { f.Until, e = report.ParseTime(v, a.o.Loc); return })
-	parse("status", func(v string) (e error) { f.Status, e = strconv.Atoi(v); return })
-	parse("slow", func(v string) (e error) { f.MinE2E, e = time.ParseDuration(v); return })
-	parse("limit", func(v string) (e error) {
-		f.Limit, e = strconv.Atoi(v)
-		if e == nil && (f.Limit < 1 || f.Limit > 10000) {
-			e = errors.New("must be 1–10000")
-		}
-		return
-	})
-	parse("errors", func(v string) (e error) { f.ErrorsOnly, e = strconv.ParseBool(v); return })
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_filter", err.Error())
+	p := queryParser{q: q, loc: a.o.Loc}
+	p.time("since", &f.Since)
+	p.time("until", &f.Until)
+	p.parse("status", func(v string) (e error) { f.Status, e = strconv.Atoi(v); return })
+	p.parse("slow", func(v string) (e error) { f.MinE2E, e = time.ParseDuration(v); return })
+	p.limit(&f.Limit, 10000)
+	p.parse("errors", func(v string) (e error) { f.ErrorsOnly, e = strconv.ParseBool(v); return })
+	if p.err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_filter", p.err.Error())
 		return
 	}
 	recs, err := a.o.Store.Requests(r.Context(), f)
@@ -239,6 +228,39 @@ func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"requests": recs})
+}
+
+// queryParser parses a list endpoint's query parameters, keeping the
+// first error, prefixed with its parameter's name; absent ones are left
+// as they are.
+type queryParser struct {
+	q   url.Values
+	loc *time.Location
+	err error
+}
+
+func (p *queryParser) parse(name string, fn func(string) error) {
+	if v := p.q.Get(name); v != "" && p.err == nil {
+		if e := fn(v); e != nil {
+			p.err = errors.New(name + ": " + e.Error())
+		}
+	}
+}
+
+// time parses a report time (report.ParseTime) in the API's zone.
+func (p *queryParser) time(name string, t *time.Time) {
+	p.parse(name, func(v string) (e error) { *t, e = report.ParseTime(v, p.loc); return })
+}
+
+// limit parses "limit", which must be 1 to most.
+func (p *queryParser) limit(n *int, most int) {
+	p.parse("limit", func(v string) (e error) {
+		*n, e = strconv.Atoi(v)
+		if e == nil && (*n < 1 || *n > most) {
+			e = fmt.Errorf("must be 1–%d", most)
+		}
+		return
+	})
 }
 
 func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {

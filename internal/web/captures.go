@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/capture"
-	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
@@ -74,28 +73,15 @@ func (a *API) listCaptures(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	f := store.CaptureFilter{Reason: q.Get("reason")}
-	var err error
-	parse := func(name string, fn func(string) error) {
-		if v := q.Get(name); v != "" && err == nil {
-			if e := fn(v); e != nil {
-				err = errors.New(name + ": " + e.Error())
-			}
-		}
-	}
-	parse("since", func(v string) (e error) { f.Since, e = report.ParseTime(v, a.o.Loc); return })
-	parse("until", func(v string) (e error) { f.Until, e = report.ParseTime(v, a.o.Loc); return })
-	parse("limit", func(v string) (e error) {
-		f.Limit, e = strconv.Atoi(v)
-		if e == nil && (f.Limit < 1 || f.Limit > 1000) {
-			e = errors.New("must be 1–1000")
-		}
-		return
-	})
+	p := queryParser{q: q, loc: a.o.Loc}
+	p.time("since", &f.Since)
+	p.time("until", &f.Until)
+	p.limit(&f.Limit, 1000)
 	if f.Reason != "" && f.Reason != "failed" && f.Reason != "slow" {
-		err = errors.New("reason: must be failed or slow")
+		p.err = errors.New("reason: must be failed or slow")
 	}
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_filter", err.Error())
+	if p.err != nil {
+		writeErr(w, http.StatusBadRequest, "bad_filter", p.err.Error())
 		return
 	}
 	cs, err := a.o.Captures.Captures(r.Context(), f)
