@@ -19,10 +19,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -149,66 +147,24 @@ const usersXML = `<?xml version="1.0"?>
 `
 
 // launch starts bin on free loopback ports in a scratch directory and
-// waits until it answers SELECT 1.
+// waits until it answers SELECT 1; stop ends it and removes the directory.
 func launch(bin string) (base string, stop func() error, err error) {
 	dir, err := os.MkdirTemp("", "tollgate-clickhouse-")
 	if err != nil {
 		return "", nil, err
 	}
-	httpPort, err := FreePort()
+	p, err := newProc(bin, dir)
+	if err == nil {
+		err = p.Start()
+	}
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	tcpPort, err := FreePort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	cfg := strings.NewReplacer("{{dir}}", dir, "{{http}}", fmt.Sprint(httpPort), "{{tcp}}", fmt.Sprint(tcpPort)).Replace(configXML)
-	for name, text := range map[string]string{"config.xml": cfg, "users.xml": usersXML} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			os.RemoveAll(dir)
-			return "", nil, err
-		}
-	}
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--config-file="+filepath.Join(dir, "config.xml"))
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop = func() error {
+	return p.URL, func() error {
 		defer os.RemoveAll(dir)
-		select {
-		case err := <-exited:
-			return fmt.Errorf("server had exited: %v", err)
-		default:
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("server ignored SIGTERM for 30s; killed")
-		}
-	}
-	base = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
-	if err := waitReady(base, exited); err != nil {
-		logTail, _ := os.ReadFile(filepath.Join(dir, "server.err.log"))
-		if len(logTail) > 2000 {
-			logTail = logTail[len(logTail)-2000:]
-		}
-		_ = stop()
-		return "", nil, fmt.Errorf("clickhouse-server did not come up: %w\noutput: %s\nerror log: %s", err, out.String(), logTail)
-	}
-	return base, stop, nil
+		return p.Stop()
+	}, nil
 }
 
 // waitReady polls SELECT 1 until it answers, the server exits, or a

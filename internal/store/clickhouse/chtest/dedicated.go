@@ -43,21 +43,10 @@ func Dedicated(t testing.TB) *Proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{bin: bin, dir: dir}
-	if p.httpPort, err = FreePort(); err == nil {
-		p.tcpPort, err = FreePort()
-	}
+	p, err := newProc(bin, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)
-	}
-	p.URL = fmt.Sprintf("http://127.0.0.1:%d", p.httpPort)
-	cfg := strings.NewReplacer("{{dir}}", dir, "{{http}}", fmt.Sprint(p.httpPort), "{{tcp}}", fmt.Sprint(p.tcpPort)).Replace(configXML)
-	for name, text := range map[string]string{"config.xml": cfg, "users.xml": usersXML} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			os.RemoveAll(dir)
-			t.Fatal(err)
-		}
 	}
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
@@ -69,6 +58,27 @@ func Dedicated(t testing.TB) *Proc {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// newProc is a server of bin (not started) in dir, on free loopback
+// ports, its config written.
+func newProc(bin, dir string) (*Proc, error) {
+	p := &Proc{bin: bin, dir: dir}
+	var err error
+	if p.httpPort, err = FreePort(); err == nil {
+		p.tcpPort, err = FreePort()
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.URL = fmt.Sprintf("http://127.0.0.1:%d", p.httpPort)
+	cfg := strings.NewReplacer("{{dir}}", dir, "{{http}}", fmt.Sprint(p.httpPort), "{{tcp}}", fmt.Sprint(p.tcpPort)).Replace(configXML)
+	for name, text := range map[string]string{"config.xml": cfg, "users.xml": usersXML} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Start runs the server (again) and waits until it answers SELECT 1.
