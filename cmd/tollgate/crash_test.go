@@ -216,12 +216,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	var completed atomic.Int64
 	done := load(t, addr, stop, &completed)
 	waitFor(t, "200 completed requests", func() bool { return completed.Load() >= 200 })
-	if err := g.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = g.cmd.Wait()
-	close(stop)
-	ids := <-done
+	ids, _ := kill(t, g, stop, done)
 
 	// Restart on the same ledger and queue: the queue replays into SQLite.
 	g2 := startGateway(t, cfgPath, addr)
