@@ -12,7 +12,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,7 +73,7 @@ func TestTenThousandStreams(t *testing.T) {
 	simAddr := freePort(t)
 	simProc := exec.Command(os.Args[0], "-test.run=^TestGatedSimProcess$", "-test.v")
 	simProc.Env = append(os.Environ(), "TOLLGATE_GATED_SIM="+simAddr)
-	simLog := &syncBuffer{}
+	simLog := &lockedBuffer{}
 	simProc.Stdout, simProc.Stderr = simLog, simLog
 	if err := simProc.Start(); err != nil {
 		t.Fatal(err)
@@ -298,24 +297,6 @@ func TestGatedSimProcess(t *testing.T) {
 	if err := <-engDone; err != nil {
 		t.Errorf("engine: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // stream sends one streamed chat completion to the gateway at addr and
