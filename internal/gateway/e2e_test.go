@@ -160,7 +160,10 @@ func TestSimFaults(t *testing.T) {
 	se := startSim(t, sim.Config{Faults: sim.Faults{StallFor: 2 * time.Second}})
 	cfg := testConfig(se.URL)
 	cfg.Upstreams[0].Models = []string{simModel}
-	cfg.Upstreams[0].Timeouts.Idle = 200 * time.Millisecond
+	// Long enough that a reset is never taken for a stall on a loaded
+	// machine (CI once saw reset-after=5 end as idle_timeout at 200 ms),
+	// and under StallFor, so the stall case still stalls past it.
+	cfg.Upstreams[0].Timeouts.Idle = time.Second
 	cfg.Retry.Attempts = 1
 	tg := newTestGateway(t, cfg)
 	const req = `{"model":"` + simModel + `","messages":[{"role":"user","content":"hi"}],"stream":true}`
