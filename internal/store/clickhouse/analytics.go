@@ -288,6 +288,14 @@ func (s *Store) AddWindowDay(ctx context.Context, start, end time.Time, ds []sto
 	now := s.now()
 	ver := math.MaxUint64 - uint64(now.UnixNano())
 	writer := fmt.Sprintf("%p-%d", s, now.UnixNano())
+	if err := s.insertWindowDays(ctx, start, end, ds, ver, writer); err != nil {
+		return false, fmt.Errorf("window day: %w", err)
+	}
+	return true, nil
+}
+
+// insertWindowDays writes the rows of one day as one write (ver, writer).
+func (s *Store) insertWindowDays(ctx context.Context, start, end time.Time, ds []store.WindowDay, ver uint64, writer string) error {
 	e := &enc{}
 	for _, w := range ds {
 		e.u16(day(start))
@@ -302,10 +310,7 @@ func (s *Store) AddWindowDay(ctx context.Context, start, end time.Time, ds []sto
 		e.str(writer)
 	}
 	q := "INSERT INTO " + s.table("window_day") + " (day_date, day, day_end, model, biz_line, upstream, template, data, ver, writer) FORMAT RowBinary"
-	if err := s.c.insert(ctx, q, e.b); err != nil {
-		return false, fmt.Errorf("window day: %w", err)
-	}
-	return true, nil
+	return s.c.insert(ctx, q, e.b)
 }
 
 // WindowDays reads the rows of the days starting in [from, to), oldest

@@ -96,20 +96,7 @@ func TestWindowDayRacingCompactors(t *testing.T) {
 	}
 	defer other.Close()
 	first := []store.WindowDay{{Start: start, End: end, Model: "m", Data: []byte{1, 0, 255}}}
-	e := &enc{}
-	for _, w := range first {
-		e.u16(day(start))
-		e.i64(start.Unix())
-		e.i64(end.Unix())
-		e.str(w.Model)
-		e.str(w.BizLine)
-		e.str(w.Upstream)
-		e.str(w.Template)
-		e.str(string(w.Data))
-		e.u64(math.MaxUint64 - uint64(t0.UnixNano()))
-		e.str("other")
-	}
-	if err := other.c.insert(ctx, "INSERT INTO "+s.table("window_day")+" (day_date, day, day_end, model, biz_line, upstream, template, data, ver, writer) FORMAT RowBinary", e.b); err != nil {
+	if err := other.insertWindowDays(ctx, start, end, first, math.MaxUint64-uint64(t0.UnixNano()), "other"); err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range []*Store{s, other} {
