@@ -276,26 +276,7 @@ api:
 		}
 	}
 	secrets = append(secrets, answers...)
-	var files int
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || p == cfgFile {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		files++
-		for _, s := range secrets {
-			if bytes.Contains(b, []byte(s)) {
-				t.Errorf("%s holds %q", p, s)
-			}
-		}
-		return nil
-	})
-	if err != nil || files == 0 {
-		t.Fatalf("walk %s: %v, %d files", dir, err, files)
-	}
+	noFileHolds(t, dir, cfgFile, secrets...)
 	if recs := allRequests(t, cfg.Store.SQLite.Path); len(recs) != 5 {
 		t.Errorf("%d ledger rows, want 5 (the searched files are the real ledger)", len(recs))
 	}
@@ -347,5 +328,31 @@ func TestKeysHash(t *testing.T) {
 		if err := runKeys(t.Context(), c.args, strings.NewReader(c.stdin), &out, io.Discard); err == nil || out.Len() != 0 {
 			t.Errorf("keys %v with stdin %q: err %v, printed %q; want an error and nothing printed", c.args, c.stdin, err, out.String())
 		}
+	}
+}
+
+// noFileHolds fails t if any file under dir (but skip) holds one of
+// strs, or if dir holds no file at all (nothing would have been checked).
+func noFileHolds(t *testing.T, dir, skip string, strs ...string) {
+	t.Helper()
+	var files int
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || p == skip {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, s := range strs {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s holds %q", p, s)
+			}
+		}
+		return nil
+	})
+	if err != nil || files == 0 {
+		t.Fatalf("walk %s: %v, %d files", dir, err, files)
 	}
 }
