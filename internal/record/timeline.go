@@ -10,7 +10,11 @@ import (
 // [[index, offset_ns], ...], integers so that it comes back to the
 // nanosecond, and compact (a sampled stream has one pair per chunk).
 func EncodeTimeline(tl []TimelinePoint) string {
-	b := make([]byte, 0, 2+len(tl)*24)
+	return string(AppendTimeline(make([]byte, 0, 2+len(tl)*24), tl))
+}
+
+// AppendTimeline appends EncodeTimeline's text to b.
+func AppendTimeline(b []byte, tl []TimelinePoint) []byte {
 	b = append(b, '[')
 	for i, p := range tl {
 		if i > 0 {
@@ -22,7 +26,7 @@ func EncodeTimeline(tl []TimelinePoint) string {
 		b = strconv.AppendInt(b, int64(p.Offset), 10)
 		b = append(b, ']')
 	}
-	return string(append(b, ']'))
+	return append(b, ']')
 }
 
 // ParseTimeline reads what EncodeTimeline wrote.
