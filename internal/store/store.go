@@ -3,8 +3,8 @@
 // never blocking the proxy), the Writer inserts them in batches into a
 // Store, and the CLI, reports and dashboard read them back from the Store.
 //
-// Backends live in sub-packages (sqlite/ now, clickhouse/ later) and all pass
-// the one conformance suite in storetest/.
+// Backends live in sub-packages (sqlite/, clickhouse/) and all pass the one
+// conformance suite in storetest/.
 package store
 
 import (
@@ -40,6 +40,26 @@ type Store interface {
 	// Close releases the store. It does not flush Writers: cancel their
 	// Run and wait for it to return first.
 	Close() error
+}
+
+type firstDeliveryKey struct{}
+
+// FirstDelivery marks ctx for Insert: the caller vouches that no Record of
+// the batch was handed to any store before, by this process or an earlier
+// one — as the write-ahead queue's shipper knows of a batch it sends for
+// the first time (wal.Redelivery). A store whose idempotency costs a read
+// may skip that read then: ClickHouse's look-up of stored ids reads the
+// ids of the batch's whole days, and is what made its insert slower as a
+// day filled up. What reads show does not change: a RequestID that a
+// client sent twice still reads as its first write.
+func FirstDelivery(ctx context.Context) context.Context {
+	return context.WithValue(ctx, firstDeliveryKey{}, true)
+}
+
+// IsFirstDelivery reports whether ctx was marked by FirstDelivery.
+func IsFirstDelivery(ctx context.Context) bool {
+	v, _ := ctx.Value(firstDeliveryKey{}).(bool)
+	return v
 }
 
 // Filter selects ledger rows. Zero fields do not filter.

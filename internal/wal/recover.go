@@ -139,7 +139,7 @@ func (w *WAL) recover() error {
 		}
 	}
 
-	w.segs, w.next, w.durable, w.acked = segs, next, next-1, ack
+	w.segs, w.next, w.durable, w.acked, w.recovered = segs, next, next-1, ack, next-1
 	for _, c := range counts {
 		w.rec.Entries += c
 	}

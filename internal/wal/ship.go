@@ -197,15 +197,34 @@ func (s *shipper) closeReader() {
 	}
 }
 
-type batchFirstKey struct{}
+// batch is what a sink's context says about the batch it holds.
+type batch struct {
+	first      uint64
+	redelivery bool
+}
+
+type batchKey struct{}
 
 // BatchFirst is, inside a Ship sink, the sequence number (Commit.Seq) of
 // the batch's first payload; the others follow it in order. A caller that
 // kept what it appended can then hand on its own copy rather than decode
 // the payload again.
 func BatchFirst(ctx context.Context) (uint64, bool) {
-	v, ok := ctx.Value(batchFirstKey{}).(uint64)
-	return v, ok
+	v, ok := ctx.Value(batchKey{}).(batch)
+	return v.first, ok
+}
+
+// Redelivery is, inside a Ship sink, whether some payload of the batch may
+// have been handed to a sink before: the batch is being retried after a
+// failed call (which may have stored part of it, or all of it and then
+// lost the answer), or it holds entries that Open found on disk, which an
+// earlier process may have shipped without its ack reaching the disk.
+// Otherwise no sink has seen any of them, and a sink may skip the work
+// that makes a replay harmless (the ClickHouse store's look-up of stored
+// ids). Outside a sink it is true: nothing is known.
+func Redelivery(ctx context.Context) bool {
+	v, ok := ctx.Value(batchKey{}).(batch)
+	return !ok || v.redelivery
 }
 
 // deliver calls sink until it accepts the batch (true) or ctx ends (false).
@@ -217,9 +236,10 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 		start = end
 	}
 	backoff := shipBackoff
-	ctx = context.WithValue(ctx, batchFirstKey{}, s.lastSeq-uint64(s.n)+1)
+	first := s.lastSeq - uint64(s.n) + 1
+	b := batch{first: first, redelivery: first <= s.w.recovered} // recovered: set by Open, never changed
 	for {
-		err := sink(ctx, s.views)
+		err := sink(context.WithValue(ctx, batchKey{}, b), s.views)
 		if err == nil {
 			s.ack()
 			return true
@@ -228,6 +248,7 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 		if ctx.Err() != nil {
 			return false
 		}
+		b.redelivery = true
 		s.w.log.Warn("wal: shipping failed, retrying the same batch", "entries", s.n,
 			"first", s.lastSeq-uint64(s.n)+1, "retry_in", backoff, "err", err)
 		t := time.NewTimer(backoff)

@@ -44,14 +44,15 @@ func TestShipRetriesTheSameBatch(t *testing.T) {
 		}
 
 		type call struct {
-			At    time.Duration
-			Batch []string
+			At         time.Duration
+			Batch      []string
+			Redelivery bool
 		}
 		var calls []call
 		start := time.Now()
 		delivered := make(chan struct{})
-		stop := shipT(t, w, 100, 0, func(_ context.Context, ps [][]byte) error {
-			calls = append(calls, call{time.Since(start), strs(ps)})
+		stop := shipT(t, w, 100, 0, func(ctx context.Context, ps [][]byte) error {
+			calls = append(calls, call{time.Since(start), strs(ps), Redelivery(ctx)})
 			if len(calls) <= 3 {
 				return errors.New("store down")
 			}
@@ -62,8 +63,9 @@ func TestShipRetriesTheSameBatch(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatalf("Ship: %v", err)
 		}
-		// Same batch each time, after 100ms, 200ms, 400ms of backoff.
-		wantCalls := []call{{0, want}, {100 * time.Millisecond, want}, {300 * time.Millisecond, want}, {700 * time.Millisecond, want}}
+		// Same batch each time, after 100ms, 200ms, 400ms of backoff; a
+		// redelivery from the first retry on.
+		wantCalls := []call{{0, want, false}, {100 * time.Millisecond, want, true}, {300 * time.Millisecond, want, true}, {700 * time.Millisecond, want, true}}
 		if diff := cmp.Diff(wantCalls, calls); diff != "" {
 			t.Errorf("sink calls (-want +got):\n%s", diff)
 		}
@@ -335,4 +337,58 @@ func TestShipBatchFirst(t *testing.T) {
 			t.Fatalf("Ship: %v", err)
 		}
 	})
+}
+
+// TestShipRedeliveryAfterOpen: the entries a restart finds unacked may have
+// reached the store before the crash, so their batches are redeliveries;
+// the batches of entries appended since are not.
+func TestShipRedeliveryAfterOpen(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, Options{Dir: dir, NoSync: true})
+	stopRun := runT(t, w)
+	for _, p := range payloads(5) {
+		appendWait(t, w, p)
+	}
+	if err := stopRun(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	w = openT(t, Options{Dir: dir, NoSync: true})
+	runT(t, w)
+	type call struct {
+		Batch      []string
+		Redelivery bool
+	}
+	var calls []call
+	more := payloads(8)[5:]
+	delivered := make(chan struct{})
+	stop := shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
+		calls = append(calls, call{strs(ps), Redelivery(ctx)})
+		if len(calls) == 3 {
+			// The recovered ones are shipped (the third batch held the
+			// last of them); the next appends come after.
+			for _, p := range more {
+				appendWait(t, w, p)
+			}
+		}
+		if len(calls) == 5 {
+			close(delivered)
+		}
+		return nil
+	})
+	<-delivered
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	all := payloads(8)
+	want := []call{{all[0:2], true}, {all[2:4], true}, {all[4:5], true}, {all[5:7], false}, {all[7:8], false}}
+	if diff := cmp.Diff(want, calls); diff != "" {
+		t.Errorf("sink calls (-want +got):\n%s", diff)
+	}
+	if Redelivery(context.Background()) != true {
+		t.Error("outside a sink, Redelivery must say true: nothing is known")
+	}
 }

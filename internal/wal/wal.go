@@ -107,6 +107,7 @@ type WAL struct {
 	segs      []*segment
 	durable   uint64 // highest fsynced sequence number
 	acked     uint64 // highest shipped sequence number
+	recovered uint64 // highest sequence number found by Open (0: none)
 	unBytes   int64  // appended, not yet shipped: bytes
 	unEntries int64  // and entries
 
