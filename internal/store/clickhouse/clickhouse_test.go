@@ -288,6 +288,50 @@ func TestRacingReplicasKeepFirstWrite(t *testing.T) {
 	check("after merging")
 }
 
+// TestFirstDeliveryWritesWithoutLookup: a batch marked
+// store.FirstDelivery is written without the look-up of stored ids (the
+// table then holds a second row for an id a client reused), and reads and
+// reports still show the first write once; an unmarked batch (a retry)
+// still looks up and writes nothing stored.
+func TestFirstDeliveryWritesWithoutLookup(t *testing.T) {
+	s := openTest(t)
+	first := storetest.Record(1)
+	reused := storetest.Record(1) // another request, the same X-Request-Id
+	reused.Status, reused.Usage.OutputTokens = 500, 99999
+	reused.Finish()
+	fresh := store.FirstDelivery(t.Context())
+	if err := s.Insert(fresh, []*record.Record{first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Insert(fresh, []*record.Record{reused, storetest.Record(2)}); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() uint64 {
+		n := selectRowBinary(t, s, "SELECT count() FROM "+quoteIdent(s.db)+".requests", (*dec).u64)
+		return n[0]
+	}
+	if n := rows(); n != 3 {
+		t.Fatalf("%d rows stored; want 3: the first deliveries are written without a look-up", n)
+	}
+	got, err := s.Request(t.Context(), first.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]*record.Record{first}, got); diff != "" {
+		t.Errorf("Request of the reused id (-want +got):\n%s", diff)
+	}
+	if n := requestsOf(t, s, store.ReportQuery{}); n != 2 {
+		t.Errorf("report counts %d requests; want 2", n)
+	}
+	// A retry of both batches (not marked): nothing more is written.
+	if err := s.Insert(t.Context(), []*record.Record{first, reused, storetest.Record(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(); n != 3 {
+		t.Errorf("%d rows after the retry; want still 3", n)
+	}
+}
+
 // TestReplayAcrossStores: a batch written through one Store and replayed
 // through another (a restarted replica) is stored once.
 func TestReplayAcrossStores(t *testing.T) {

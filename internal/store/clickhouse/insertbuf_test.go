@@ -9,9 +9,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
-// A replayed batch that is mostly stored reserves room for the rows it
+// A replayed batch that is mostly stored costs memory for the rows it
 // writes, not for the whole batch: here one new row of ~64 KB ahead of
-// 2,000 stored ones (sized from the batch, that reserved ~160 MB).
+// 2,000 stored ones (a buffer sized from the batch once reserved ~160 MB;
+// the body is streamed now).
 func TestInsertBufferSizedFromNewRows(t *testing.T) {
 	s := openTest(t)
 	recs := storetest.Records(0, 2000)

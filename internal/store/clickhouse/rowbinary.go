@@ -21,8 +21,9 @@ import (
 // values with exponents over ±300, some as modest as 5e-14), and JSON
 // cannot carry strings that are not valid UTF-8.
 
-// enc appends RowBinary values to b.
-type enc struct{ b []byte }
+// enc appends RowBinary values to b. scratch is room for a value whose
+// length is known only once it is written (the timeline's text).
+type enc struct{ b, scratch []byte }
 
 func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
 func (e *enc) u16(v uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, v) }
@@ -33,6 +34,11 @@ func (e *enc) f64(v float64) {
 }
 
 func (e *enc) str(s string) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) bytes(s []byte) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
 	e.b = append(e.b, s...)
 }

@@ -264,7 +264,10 @@ var ledger = []column{
 var (
 	timelineCol = column{"timeline", "Nullable(String)", false,
 		func(e *enc, r *record.Record) {
-			optStr(e, record.EncodeTimeline(r.Timeline), r.Sampled && r.Timeline != nil)
+			if e.null(!r.Sampled || r.Timeline == nil) {
+				e.scratch = record.AppendTimeline(e.scratch[:0], r.Timeline)
+				e.bytes(e.scratch)
+			}
 		},
 		func(d *dec, r *record.Record) error {
 			if d.null() {

@@ -578,3 +578,22 @@ func (g *Gen) sample(r *record.Record) {
 		r.Timeline = append(r.Timeline, record.TimelinePoint{Index: n - 1, Offset: r.Marks.LastToken})
 	}
 }
+
+// Records returns n finished Records of one generated day, in arrival
+// order, each with its own request id: a busy gateway's traffic, for the
+// benchmarks of the ledger's path into a store (the sampled ones keep a
+// token timeline, as with the default sampling: 10 % of normal requests,
+// every failed or slow one).
+func Records(n int) ([]*record.Record, error) {
+	g := New(Config{Rows: n + n/10 + 1000, Days: 1, Users: 1000})
+	buf := make([]record.Record, n)
+	if got := g.Next(buf); got < n {
+		return nil, fmt.Errorf("bench: the generator made %d records; want %d", got, n)
+	}
+	out := make([]*record.Record, n)
+	for i := range buf {
+		buf[i].Finish()
+		out[i] = &buf[i]
+	}
+	return out, nil
+}
