@@ -37,6 +37,21 @@ type amendment struct {
 
 var amendPrefix = []byte(`{"amend":`)
 
+// A Record travels the queue in its binary form (record.AppendBinary):
+// a tenth of the JSON form's CPU each way, which was most of what a
+// replica spent per request on its ledger (BenchmarkIngest). Queues
+// written by an older tollgate hold JSON, still read.
+var queueBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// decodeQueued reads a queued Record, binary or JSON.
+func decodeQueued(p []byte) (*record.Record, error) {
+	r := &record.Record{}
+	if len(p) > 0 && p[0] == record.BinaryMagic {
+		return r, r.UnmarshalBinary(p)
+	}
+	return r, json.Unmarshal(p, r)
+}
+
 func startLedger(cfg *config.Config, st interface {
 	store.Store
 	store.Analytics
@@ -182,7 +197,7 @@ func (l *queueLedger) start(q *wal.WAL) *queueRun {
 	// Shipping ends by itself once Run has returned and everything durable
 	// has reached the store; the context only bounds a store that is down.
 	shipCtx, stopShip := context.WithCancel(context.Background())
-	r := &queueRun{q: q, held: &heldRecords{m: map[uint64]heldRecord{}},
+	r := &queueRun{q: q, held: &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(l.batch)},
 		runDone: make(chan error, 1), shipDone: make(chan error, 1), stopRun: stopRun, stopShip: stopShip}
 	go func() { r.runDone <- q.Run(runCtx) }()
 	go func() { r.shipDone <- q.Ship(shipCtx, l.batch, l.flush, l.shipper(r.held)) }()
@@ -198,6 +213,9 @@ func (l *queueLedger) shipper(held *heldRecords) func(ctx context.Context, paylo
 		// amendments that set the same values again).
 		recs := make([]*record.Record, 0, len(payloads))
 		first, seqs := wal.BatchFirst(ctx)
+		if !wal.Redelivery(ctx) {
+			ctx = store.FirstDelivery(ctx)
+		}
 		for i, p := range payloads {
 			if seqs {
 				// The Records this process appended are handed on as
@@ -223,8 +241,8 @@ func (l *queueLedger) shipper(held *heldRecords) func(ctx context.Context, paylo
 				}
 				continue
 			}
-			r := &record.Record{}
-			if err := json.Unmarshal(p, r); err != nil {
+			r, err := decodeQueued(p)
+			if err != nil {
 				// A payload that cannot decode never will: skip it
 				// (counted in the log) rather than block the queue.
 				l.log.Error("undecodable record in the queue; skipped", "err", err, "bytes", len(p))
@@ -247,15 +265,16 @@ func (l *queueLedger) shipper(held *heldRecords) func(ctx context.Context, paylo
 // cannot take is held in memory and the response is not held up: its
 // durability then waits for the queue to reopen.
 func (l *queueLedger) sink(r *record.Record) func(context.Context) error {
-	// Record's own encoder, called directly: json.Marshal would re-scan
-	// its output to compact it (a quarter of the cost).
-	b, err := r.MarshalJSON()
-	if err != nil {
-		l.log.Error("record could not be encoded", "request_id", r.RequestID, "err", err)
-		return nil
-	}
+	buf := queueBufs.Get().(*[]byte)
+	b, _ := r.AppendBinary((*buf)[:0]) // never fails
+	defer func() {
+		if cap(b) <= 64<<10 { // a rare huge timeline is not kept
+			*buf = b
+			queueBufs.Put(buf)
+		}
+	}()
 	run := l.cur.Load()
-	c, err := run.q.Append(b)
+	c, err := run.q.Append(b) // copies b
 	switch {
 	case errors.Is(err, wal.ErrFull):
 		return nil // dropped, counted and logged (rate-limited) by the queue
@@ -386,10 +405,7 @@ func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 func (l *queueLedger) requeue(run *queueRun) {
 	recs := l.spill.take()
 	for i, h := range recs {
-		b, err := h.r.MarshalJSON()
-		if err != nil {
-			continue // cannot happen: it encoded when first queued
-		}
+		b, _ := h.r.AppendBinary(nil)
 		c, err := run.q.Append(b)
 		if err != nil {
 			for _, h := range recs[i:] {
@@ -535,7 +551,8 @@ func (r *reRegisterer) reset() {
 type heldRecords struct {
 	mu      sync.Mutex
 	m       map[uint64]heldRecord
-	bytes   int    // their encoded sizes, summed
+	max     int64  // the bound of bytes (maxHeld)
+	bytes   int64  // their encoded sizes, summed
 	low     uint64 // entries before it are shipped
 	top     uint64 // the highest entry put
 	failed  bool   // the run failed: entries after durable will never be shipped
@@ -548,10 +565,18 @@ type heldRecord struct {
 	size int
 }
 
-// maxHeldBytes bounds the Records kept (by their encoded size) while the
-// store is slow or down; beyond it, the shipper decodes the queue's
-// copies, which are on disk anyway.
-const maxHeldBytes = 16 << 20
+// maxHeld bounds the Records kept (by their encoded size) until shipped:
+// about two batches (the one in the store's insert and the next), at
+// least minHeldBytes. Beyond it — a store slow or down for a while — the
+// shipper decodes the queue's copies, which are on disk anyway. At
+// ClickHouse's 50,000-row batches the Records of a busy replica did not
+// fit 16 MiB, and decoding them again was a fifth of its ledger's CPU.
+func maxHeld(batch int) int64 { return max(minHeldBytes, 2*int64(batch)*heldRecordBytes) }
+
+const (
+	minHeldBytes    = 16 << 20
+	heldRecordBytes = 768 // a queued Record's size, a sampled one's included (BenchmarkRecordCodec: 581)
+)
 
 // put holds r, appended as entry seq in size bytes, unless that entry was
 // shipped already (Append and put are not one step) or the bound is
@@ -565,9 +590,9 @@ func (h *heldRecords) put(seq uint64, r *record.Record, size int) bool {
 		return seq <= h.durable
 	}
 	h.top = max(h.top, seq)
-	if seq >= h.low && h.bytes+size <= maxHeldBytes {
+	if seq >= h.low && h.bytes+int64(size) <= h.max {
 		h.m[seq] = heldRecord{r, size}
-		h.bytes += size
+		h.bytes += int64(size)
 	}
 	return true
 }
@@ -584,7 +609,7 @@ func (h *heldRecords) fail(durable uint64) (lost []heldRecord, notHeld int) {
 	for s := durable + 1; s <= h.top; s++ {
 		if e, ok := h.m[s]; ok {
 			lost = append(lost, e)
-			h.bytes -= e.size
+			h.bytes -= int64(e.size)
 			delete(h.m, s)
 		} else {
 			h.missing[s] = true
@@ -612,7 +637,7 @@ func (h *heldRecords) drop(first, end uint64) {
 	h.mu.Lock()
 	for s := first; s < end; s++ {
 		if e, ok := h.m[s]; ok {
-			h.bytes -= e.size
+			h.bytes -= int64(e.size)
 			delete(h.m, s)
 		}
 	}

@@ -2,24 +2,28 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+	"github.com/tollgate-dev/tollgate/internal/wal"
 )
 
 // TestHeldRecords: a shipped batch drops its Records; one put after its
 // entry was shipped is not kept; the byte bound holds and frees up.
 func TestHeldRecords(t *testing.T) {
-	h := &heldRecords{m: map[uint64]heldRecord{}}
+	h := &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(512)}
 	for s := uint64(1); s <= 5; s++ {
 		h.put(s, &record.Record{RequestID: string(rune('a' + s))}, 100)
 	}
@@ -36,11 +40,18 @@ func TestHeldRecords(t *testing.T) {
 		t.Errorf("%d records (%d bytes) held after all were shipped, want none", len(h.m), h.bytes)
 	}
 	const size = 1 << 20
-	for s := uint64(10); s < 10+maxHeldBytes/size+5; s++ {
+	for s := uint64(10); s < uint64(10+h.max/size+5); s++ {
 		h.put(s, &record.Record{}, size)
 	}
-	if h.bytes != maxHeldBytes || len(h.m) != maxHeldBytes/size {
-		t.Errorf("%d records, %d bytes held; want the bound, %d bytes", len(h.m), h.bytes, maxHeldBytes)
+	if h.bytes != h.max || int64(len(h.m)) != h.max/size {
+		t.Errorf("%d records, %d bytes held; want the bound, %d bytes", len(h.m), h.bytes, h.max)
+	}
+	// The bound is about two batches of Records, at least 16 MiB.
+	if got := maxHeld(512); got != 16<<20 {
+		t.Errorf("maxHeld(512) = %d; want 16 MiB", got)
+	}
+	if got := maxHeld(config.ClickHouseBatchSize); got < 2*int64(config.ClickHouseBatchSize)*581 {
+		t.Errorf("maxHeld(%d) = %d: two ClickHouse batches of 581-byte Records do not fit", config.ClickHouseBatchSize, got)
 	}
 	h.drop(10, 12)
 	h.put(100, &record.Record{}, size)
@@ -84,7 +95,7 @@ func BenchmarkLedger(b *testing.B) {
 // TestHeldRecordsFail: when the queue fails, the Records after the
 // durable point come back, in order, and none is lost in a late put.
 func TestHeldRecordsFail(t *testing.T) {
-	h := &heldRecords{m: map[uint64]heldRecord{}}
+	h := &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(512)}
 	for s := uint64(1); s <= 5; s++ {
 		if s == 4 {
 			continue // an amendment, say: not held
@@ -123,5 +134,73 @@ func TestSpillBuffer(t *testing.T) {
 	}
 	if got := len(s.take()); got != maxSpillBytes/size || s.len() != 0 || !s.add(&record.Record{}, size) {
 		t.Errorf("take gave %d, left %d, and the room was not freed", got, s.len())
+	}
+}
+
+// TestLedgerReadsBothQueueForms: a queue left by an older tollgate holds
+// Records as JSON; this one writes them in the binary form. After an
+// upgrade the ledger ships both, and an amendment queued after a Record
+// still applies to it.
+func TestLedgerReadsBothQueueForms(t *testing.T) {
+	cfg := config.Default()
+	cfg.Store.SQLite.Path = filepath.Join(t.TempDir(), "l.db")
+	old, cur := storetest.Record(1), storetest.Record(2)
+	q, err := wal.Open(wal.Options{Dir: cfg.QueueDir()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := old.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, _ := cur.AppendBinary(nil)
+	et := record.EngineTiming{Signal: "vllm-span", Queue: 7 * time.Millisecond, Prefill: 30 * time.Millisecond}
+	amend, err := json.Marshal(amendment{Amend: "engine_timing", RequestID: cur.RequestID, EngineTiming: et})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	for _, p := range [][]byte{js, bin, amend} {
+		c, err := q.Append(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := sqlite.Open(t.Context(), cfg.Store.SQLite.Path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lg, err := startLedger(cfg, st, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg.stop() // ships what the queue holds, then returns
+
+	for _, want := range []*record.Record{old, cur} {
+		got, err := st.Request(t.Context(), want.RequestID)
+		if err != nil {
+			t.Fatalf("%s not shipped: %v", want.RequestID, err)
+		}
+		if want == cur {
+			want.EngineTiming = &et
+			want.Finish()
+		}
+		if diff := cmp.Diff([]*record.Record{want}, got); diff != "" {
+			t.Errorf("%s as stored (-want +got):\n%s", want.RequestID, diff)
+		}
 	}
 }
