@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,8 +40,10 @@ import (
 //   - A 100 requests/minute limit on one key holds across the three.
 //   - An error-rate alert needing 25 failed requests, of which each replica
 //     saw only 10, fires (the leader reads the whole fleet's windows) and
-//     is sent exactly once; killing the leader, another takes the lease,
-//     finds the same alert firing and does not send it again.
+//     is sent exactly once, and every replica lists it; killing the
+//     leader, another takes the lease and the alert state the last one
+//     saved in Redis, finds the same alert firing and does not send it
+//     again.
 func TestThreeReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts three gateways, ClickHouse and Redis, and waits for a window minute to close (about 2 minutes)")
@@ -319,30 +322,55 @@ notifiers:
 		t.Errorf("error rate notified = %v, want 1 (30 failed of 30, all three replicas' requests)", first.Value)
 	}
 
-	// Kill the leader: another replica takes the lease, evaluates, finds
-	// the alert firing, and is stopped from sending it again.
+	// Every replica lists the fleet's alert, not only the leader.
 	ls := leaders(procs)
 	if len(ls) != 1 {
 		t.Fatalf("leaders %v, want one", ls)
 	}
 	old := ls[0]
+	for i, p := range procs {
+		if i != old && !listsAlert(t, p.addr, "fleet_errors") {
+			t.Errorf("replica %d (not the leader) does not list the fleet's alert in /api/v1/alerts", i)
+		}
+	}
+
+	// Kill the leader: another takes the lease, takes over the alert
+	// state the last leader saved in Redis (so it knows the alert fired
+	// and was sent), evaluates it as firing, and does not send it again.
+	dropped := map[int]float64{} // each survivor's deduplicated sends before the kill
+	for i, p := range procs {
+		if i != old {
+			dropped[i] = metricOf(t, p.addr, "tollgate_alert_notifications_deduplicated_total")
+		}
+	}
 	if err := procs[old].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = procs[old].cmd.Wait()
 	rest := append([]*gatewayProc(nil), procs...)
 	rest[old] = nil
-	waitFor(t, "a new leader, its alert firing and its notification dropped", func() bool {
+	var took float64
+	newLeader := -1
+	waitFor(t, "a new leader with the alert firing", func() bool {
 		l := leaders(rest)
 		if len(l) != 1 {
 			return false
 		}
-		p := rest[l[0]]
-		return metricOf(t, p.addr, `tollgate_alerts{rule="fleet_errors",severity="warning",state="firing"}`) == 1 &&
-			metricOf(t, p.addr, "tollgate_alert_notifications_deduplicated_total") >= 1
+		addr := rest[l[0]].addr
+		newLeader, took = l[0], metricOf(t, addr, "tollgate_alert_evaluations_total")
+		return metricOf(t, addr, `tollgate_alerts{rule="fleet_errors",severity="warning",state="firing"}`) == 1
+	})
+	// Three more evaluations (interval 1 s) of the firing alert by the new
+	// leader: none sends it, and none even tries (the dedup in Redis would
+	// stop a try: the leader knows from the state that it was sent).
+	waitFor(t, "three evaluations by the new leader", func() bool {
+		return metricOf(t, rest[newLeader].addr, "tollgate_alert_evaluations_total") >= took+3
 	})
 	if n := notifications("fleet_errors"); len(n) != 1 {
 		t.Errorf("%d notifications of the error alert across three replicas and a leader change, want 1: %+v", len(n), n)
+	}
+	if d := metricOf(t, rest[newLeader].addr, "tollgate_alert_notifications_deduplicated_total"); d != dropped[newLeader] {
+		t.Errorf("the new leader tried to send again (%v notifications deduplicated, %v before the leader was killed): it did not take over the alert state", d, dropped[newLeader])
 	}
 	// The burst's quota alert is raised by whichever replica refuses first
 	// (not by the leader): sent once too.
@@ -354,6 +382,26 @@ notifiers:
 			t.Errorf("replica %d sent without the dedup (Redis errors)", i)
 		}
 	}
+}
+
+// listsAlert reports whether a replica's GET /api/v1/alerts lists an
+// active alert of rule.
+func listsAlert(t *testing.T, addr, rule string) bool {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/v1/alerts")
+	if err != nil {
+		t.Errorf("GET /api/v1/alerts: %v", err)
+		return false
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Active []alert.Alert `json:"active"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Errorf("GET /api/v1/alerts of %s: %s: %v", addr, resp.Status, err)
+		return false
+	}
+	return slices.ContainsFunc(body.Active, func(a alert.Alert) bool { return a.Rule == rule && a.State == alert.Firing })
 }
 
 // metricOf reads one sample of a replica's /metrics (name with its labels,

@@ -417,6 +417,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		lease      *fleet.Lease
 		fleetWin   *fleet.Windows
 		dedup      *fleet.Dedup
+		fleetState *fleet.State
 		fleetRedis io.Closer
 	)
 	if rc := cfg.Replicas; rc.Enabled() {
@@ -431,6 +432,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		lease = fleet.NewLease(rdb, fleet.LeaseOptions{Prefix: rc.PrefixOrDefault(), TTL: rc.LeaseOrDefault(), Log: flog, Registerer: reg})
 		dedup = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
 		notifier = dedup
+		fleetState = fleet.NewState(lease, flog)
 		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{Log: flog})
 		alertWin = fleetWin
 		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
@@ -453,7 +455,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		alertsDone.Go(func() { lease.Run(alertCtx) }) // released at shutdown: another replica takes over at once
 		alertsDone.Go(func() { dedup.Run(alertCtx) }) // drains before the notifiers close
 		ev := &fleet.Evaluator{Lease: lease, Windows: fleetWin, Lag: fleetLag, Log: log.With("component", "alerts"),
-			Eval: func(ctx context.Context, now time.Time) { alerts.Eval(ctx, now) }}
+			Eval: func(ctx context.Context, now time.Time) { alerts.Eval(ctx, now) }, State: fleetState, Engine: alerts}
 		alertsDone.Go(func() { ev.Run(alertCtx, cfg.Alerts.Interval) })
 	} else {
 		alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
@@ -552,7 +554,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: alerts.Active, Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: capStore}
+		Alerts: activeAlerts(alerts, lease, fleetState), Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: capStore}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -651,4 +653,20 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	stopWriter()
 	log.Info("stopped")
 	return nil
+}
+
+// activeAlerts is what /api/v1/alerts lists: the engine's alerts on a
+// single replica and on the fleet's leader; on the other replicas the
+// state the leader saved in Redis, with the alerts they raised themselves,
+// so that every replica shows the fleet's alerts.
+func activeAlerts(e *alert.Engine, lease *fleet.Lease, st *fleet.State) func() []alert.Alert {
+	if st == nil {
+		return e.Active
+	}
+	return func() []alert.Alert {
+		if lease.Held() {
+			return e.Active()
+		}
+		return st.Active(context.Background(), e.Snapshot())
+	}
 }

@@ -132,11 +132,14 @@ func Every(ctx context.Context, interval time.Duration, eval func(ctx context.Co
 
 // Active lists the alerts now pending or firing, most severe first.
 func (e *Engine) Active() []Alert {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]Alert, 0, len(e.active))
-	for _, t := range e.active {
-		out = append(out, t.a)
+	return ActiveOf(e.Snapshot())
+}
+
+// ActiveOf lists the alerts of ts, most severe first, as Active does.
+func ActiveOf(ts []Tracked) []Alert {
+	out := make([]Alert, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.Alert)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Severity != out[j].Severity {
@@ -145,6 +148,53 @@ func (e *Engine) Active() []Alert {
 		return out[i].Fingerprint < out[j].Fingerprint
 	})
 	return out
+}
+
+// Tracked is one alert's lifecycle as the engine keeps it: what a fleet's
+// leader hands on to the next (internal/fleet State), so that an alert
+// fired under one leader is resolved — and its repeats timed — by the
+// next, rather than forgotten.
+type Tracked struct {
+	Alert Alert `json:"alert"`
+	// NotifiedAt and NotifiedSeverity: when the alert was last sent, and
+	// at which severity (zero while pending).
+	NotifiedAt       time.Time `json:"notified_at,omitzero"`
+	NotifiedSeverity Severity  `json:"notified_severity,omitempty"`
+	// Until is when a raised alert (Raise, not a rule's) resolves; zero
+	// for a rule's.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// Snapshot returns the alerts the engine tracks now, pending or firing.
+func (e *Engine) Snapshot() []Tracked {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Tracked, 0, len(e.active))
+	for _, t := range e.active {
+		out = append(out, Tracked{Alert: t.a, NotifiedAt: t.notifiedAt, NotifiedSeverity: t.notifiedSev, Until: t.until})
+	}
+	return out
+}
+
+// Restore takes over the alerts ts tracked (a new leader, from the last
+// one's Snapshot): the rules' alerts are replaced by those of ts, which
+// the next Eval carries on — resolving what no longer breaches, firing
+// what has pended long enough, repeating on time. Alerts raised here
+// (Raise) stay, and raised ones of ts this engine lacks are added.
+func (e *Engine) Restore(ts []Tracked) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for fp, t := range e.active {
+		if t.until.IsZero() {
+			delete(e.active, fp)
+		}
+	}
+	for _, t := range ts {
+		if _, ok := e.active[t.Alert.Fingerprint]; ok {
+			continue // raised here too: this engine's own state wins
+		}
+		e.active[t.Alert.Fingerprint] = &tracked{a: t.Alert, notifiedAt: t.NotifiedAt, notifiedSev: t.NotifiedSeverity, until: t.Until}
+	}
 }
 
 // breach is one group's verdict for a rule at one evaluation.

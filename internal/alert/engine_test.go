@@ -324,3 +324,62 @@ func TestReadErrorKeepsAlerts(t *testing.T) {
 		t.Errorf("notifications: %+v, want only the firing one", alerts)
 	}
 }
+
+// TestRestoreCarriesAlerts: an engine that Restores another's Snapshot (a
+// new leader) carries its alerts on: a firing alert is not sent again,
+// and when the breach ends it is resolved — by the new engine, with the
+// old start. An engine that starts empty would page again and never send
+// the resolve of the first. Alerts raised on the new engine stay.
+func TestRestoreCarriesAlerts(t *testing.T) {
+	ctx := context.Background()
+	agg := window.New(window.Config{}, nil, nil, nil)
+	cfg := Config{Defaults: new(bool), Rules: []Rule{{Name: "errs", Signal: "error_rate", Windows: []time.Duration{10 * time.Minute},
+		Threshold: &Levels{Warning: 0.1}, MinRequests: 10}}}
+	if err := cfg.Validate("alerts"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Truncate(time.Minute).Add(-time.Hour)
+	add := func(from time.Time, minutes int, failing bool) {
+		for m := range minutes {
+			for i := range 4 {
+				r := finished("m", 100*time.Millisecond, failing && i == 0)
+				r.Arrival = from.Add(time.Duration(m)*time.Minute + time.Duration(i)*10*time.Second)
+				agg.Add(r)
+			}
+		}
+	}
+	add(start, 20, true)
+	now := start.Add(20 * time.Minute)
+	ga, gb, gc := &got{}, &got{}, &got{}
+	a := NewEngine(cfg, agg, Options{Notifier: ga})
+	a.Eval(ctx, now)
+	if act := a.Active(); len(act) != 1 || act[0].State != Firing {
+		t.Fatalf("the first leader: active = %+v, want one firing alert", act)
+	}
+
+	b := NewEngine(cfg, agg, Options{Notifier: gb})
+	b.Raise(ctx, Alert{Rule: "quota", Severity: Warning, Labels: map[string]string{"user": "u"}}, now, now.Add(time.Hour))
+	b.Restore(a.Snapshot())
+	c := NewEngine(cfg, agg, Options{Notifier: gc}) // no Restore
+	b.Eval(ctx, now.Add(time.Minute))
+	c.Eval(ctx, now.Add(time.Minute))
+	if alerts, _, _ := gb.snapshot(); len(alerts) != 1 || alerts[0].Rule != "quota" {
+		t.Errorf("the new leader sent %s; want only its own quota alert (the rule's was sent already)", gb.list())
+	}
+	if alerts, _, _ := gc.snapshot(); len(alerts) != 1 || alerts[0].Rule != "errs" {
+		t.Errorf("an engine without the state sent %s; want the rule's alert again (what Restore prevents)", gc.list())
+	}
+	if act := b.Active(); len(act) != 2 {
+		t.Errorf("the new leader's active = %+v; want the rule's alert and its own quota alert", act)
+	}
+
+	add(now, 30, false) // healthy: the 10 m window clears
+	b.Eval(ctx, now.Add(30*time.Minute))
+	alerts, _, _ := gb.snapshot()
+	if len(alerts) != 2 || alerts[1].Rule != "errs" || alerts[1].State != Resolved {
+		t.Fatalf("after the breach: the new leader sent %s; want the rule's alert resolved", gb.list())
+	}
+	if first := a.Snapshot()[0].Alert; !alerts[1].StartsAt.Equal(first.StartsAt) || alerts[1].Fingerprint != first.Fingerprint {
+		t.Errorf("resolved %+v; want the first leader's alert (start %v)", alerts[1], first.StartsAt)
+	}
+}

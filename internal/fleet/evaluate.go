@@ -22,6 +22,17 @@ type Evaluator struct {
 	// write to the store takes.
 	Lag time.Duration
 	Log *slog.Logger
+	// State, when set, carries the engine's alerts from one leader to
+	// the next: Engine is then the engine whose Snapshot is saved after
+	// each evaluation and which Restores the saved state when this
+	// replica's term begins.
+	State  *State
+	Engine interface {
+		Snapshot() []alert.Tracked
+		Restore([]alert.Tracked)
+	}
+
+	term string // the lease token whose state was restored
 }
 
 // Run evaluates every interval until ctx ends.
@@ -45,6 +56,29 @@ func (e *Evaluator) Step(ctx context.Context, now time.Time) bool {
 	if !e.Lease.Held() { // lost while reading: stop at once
 		return false
 	}
+	token := e.Lease.Token()
+	if e.State != nil && e.term != token {
+		// A new term: carry on from the alerts the last leader saved.
+		// Evaluating without them would fire again what fired, and
+		// never resolve it.
+		ts, err := e.State.Load(ctx)
+		if err != nil {
+			if e.Log != nil {
+				e.Log.Error("alerts not evaluated: could not read the last leader's alert state", "err", err)
+			}
+			return false
+		}
+		e.Engine.Restore(ts)
+		e.term = token
+		if e.Log != nil {
+			e.Log.Info("took over the fleet's alerts", "alerts", len(ts), "token", token)
+		}
+	}
 	e.Eval(ctx, now.Add(-e.Lag))
+	if e.State != nil {
+		if err := e.State.Save(ctx, token, e.Engine.Snapshot()); err != nil && e.Log != nil {
+			e.Log.Warn("alert state not saved for the next leader", "err", err)
+		}
+	}
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -323,5 +324,74 @@ func TestEvaluatorStep(t *testing.T) {
 	}
 	if len(evals) != 1 || !evals[0].Equal(now.Add(-40*time.Second)) {
 		t.Errorf("evaluations at %v, want one at now − 40s", evals)
+	}
+}
+
+// fakeEngine is the part of alert.Engine the Evaluator saves and restores.
+type fakeEngine struct {
+	now      []alert.Tracked
+	restored [][]alert.Tracked
+}
+
+func (f *fakeEngine) Snapshot() []alert.Tracked  { return f.now }
+func (f *fakeEngine) Restore(ts []alert.Tracked) { f.restored = append(f.restored, ts) }
+func tracked(rule string, until time.Time) alert.Tracked {
+	return alert.Tracked{Alert: alert.Alert{Rule: rule, Fingerprint: rule, State: alert.Firing, Severity: alert.Warning},
+		NotifiedAt: time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC), NotifiedSeverity: alert.Warning, Until: until}
+}
+
+// The alert state passes from one leader to the next through Redis: the
+// leader saves its engine's alerts after each evaluation; the next leader
+// restores them once, when its term begins; a replica that is not the
+// leader cannot overwrite them; every replica lists them.
+func TestStateHandsOver(t *testing.T) {
+	srv := redistest.Start(t, false)
+	prefix := srv.Prefix(t)
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mk := func(id string) (*Evaluator, *fakeEngine) {
+		l := NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, ID: id})
+		f := &fakeEngine{}
+		return &Evaluator{Lease: l, Windows: NewWindows(st, WindowsOptions{}), State: NewState(l, nil), Engine: f,
+			Eval: func(context.Context, time.Time) {}}, f
+	}
+	a, fa := mk("a")
+	b, fb := mk("b")
+	ctx, now := t.Context(), time.Now()
+
+	a.Lease.Step(ctx)
+	fa.now = []alert.Tracked{tracked("errs", time.Time{})}
+	if !a.Step(ctx, now) {
+		t.Fatal("the leader did not evaluate")
+	}
+	if len(fa.restored) != 1 || len(fa.restored[0]) != 0 {
+		t.Fatalf("the first leader restored %v; want the empty state once", fa.restored)
+	}
+	a.Step(ctx, now) // same term: no second restore
+	if len(fa.restored) != 1 {
+		t.Errorf("restored %d times in one term; want once", len(fa.restored))
+	}
+	// b is not the leader: its save is refused, and it lists a's alerts
+	// with the one it raised itself.
+	if err := b.State.Save(ctx, "2:b", []alert.Tracked{tracked("forged", time.Time{})}); err == nil {
+		t.Error("a replica without the lease saved the state")
+	}
+	list := b.State.Active(ctx, []alert.Tracked{tracked("quota", now.Add(time.Hour)), tracked("stale-rule", time.Time{})})
+	if len(list) != 2 || list[0].Rule != "errs" || list[1].Rule != "quota" {
+		t.Errorf("b lists %+v; want a's rule alert and b's own quota alert, not b's stale rule alert", list)
+	}
+
+	// a goes; b takes over and restores exactly what a saved.
+	a.Lease.release()
+	b.Lease.Step(ctx)
+	if !b.Step(ctx, now) {
+		t.Fatal("the new leader did not evaluate")
+	}
+	want := []alert.Tracked{tracked("errs", time.Time{})}
+	if len(fb.restored) != 1 || !reflect.DeepEqual(fb.restored[0], want) {
+		t.Errorf("the new leader restored %+v; want %+v", fb.restored, want)
 	}
 }
