@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -393,5 +394,30 @@ func TestStateHandsOver(t *testing.T) {
 	want := []alert.Tracked{tracked("errs", time.Time{})}
 	if len(fb.restored) != 1 || !reflect.DeepEqual(fb.restored[0], want) {
 		t.Errorf("the new leader restored %+v; want %+v", fb.restored, want)
+	}
+}
+
+// A figure JSON cannot hold (an infinite ratio over a zero baseline) does
+// not stop the state from being saved.
+func TestStateSavesOddFigures(t *testing.T) {
+	srv := redistest.Start(t, false)
+	l := NewLease(srv.Client(t), LeaseOptions{Prefix: srv.Prefix(t), ID: "a"})
+	ctx := t.Context()
+	if !l.Step(ctx) {
+		t.Fatal("no lease")
+	}
+	s := NewState(l, nil)
+	odd := tracked("base", time.Time{})
+	odd.Alert.Value, odd.Alert.Baseline = math.Inf(1), math.NaN()
+	ts := []alert.Tracked{tracked("errs", time.Time{}), odd}
+	if err := s.Save(ctx, l.Token(), ts); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(ctx)
+	if err != nil || len(got) != 2 || got[1].Alert.Value != 0 || got[1].Alert.Rule != "base" {
+		t.Fatalf("loaded %+v, %v; want both alerts, the odd figures as 0", got, err)
+	}
+	if !math.IsInf(ts[1].Alert.Value, 1) {
+		t.Error("Save changed the caller's alerts")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,7 +69,7 @@ var errNotLeader = errors.New("fleet: the lease is no longer held: alert state n
 
 // Save stores ts as the fleet's alert state, fenced by token (Lease.Token).
 func (s *State) Save(ctx context.Context, token string, ts []alert.Tracked) error {
-	b, err := json.Marshal(ts)
+	b, err := json.Marshal(finite(ts))
 	if err != nil {
 		return fmt.Errorf("encode the alert state: %w", err)
 	}
@@ -102,6 +104,31 @@ func (s *State) Load(ctx context.Context) ([]alert.Tracked, error) {
 	s.keep(ts)
 	return ts, nil
 }
+
+// finite returns ts with the figures JSON cannot hold (NaN, ±Inf: a
+// baseline of zero, say) as 0, so that one odd figure never stops the
+// state from being saved; the next evaluation computes them again.
+func finite(ts []alert.Tracked) []alert.Tracked {
+	out, cloned := ts, false
+	for i, t := range ts {
+		a := &t.Alert
+		if ok(a.Value) && ok(a.Threshold) && ok(a.Baseline) {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(ts), true
+		}
+		for _, f := range []*float64{&a.Value, &a.Threshold, &a.Baseline} {
+			if !ok(*f) {
+				*f = 0
+			}
+		}
+		out[i] = t
+	}
+	return out
+}
+
+func ok(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 func (s *State) keep(ts []alert.Tracked) {
 	s.mu.Lock()
