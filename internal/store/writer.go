@@ -218,11 +218,16 @@ func (w *Writer) write(ctx context.Context, batch []*record.Record) bool {
 		return true
 	}
 	backoff := w.cfg.RetryBackoff
+	// The first attempt is a first delivery: these Records came from
+	// Enqueue and no store has seen them. A retry may follow an INSERT
+	// that was written but whose answer was lost, so it is not.
+	ictx := FirstDelivery(ctx)
 	for {
-		err := w.insert(ctx, batch)
+		err := w.insert(ictx, batch)
 		if err == nil {
 			return true
 		}
+		ictx = ctx
 		if ctx.Err() != nil {
 			return false
 		}

@@ -37,9 +37,10 @@ type faulty struct {
 }
 
 type call struct {
-	at  time.Time
-	ids []string
-	err error
+	at    time.Time
+	ids   []string
+	err   error
+	first bool // marked store.FirstDelivery
 }
 
 var errInjected = errors.New("injected failure")
@@ -48,7 +49,7 @@ func (f *faulty) Insert(ctx context.Context, recs []*record.Record) error {
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
-	c := call{at: time.Now(), ids: ids(recs)}
+	c := call{at: time.Now(), ids: ids(recs), first: store.IsFirstDelivery(ctx)}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -362,6 +363,11 @@ func TestWriterRetriesKeepBatch(t *testing.T) {
 				for i, c := range calls[:tt.failures+1] {
 					if diff := cmp.Diff(recordIDs(0, 5), c.ids); diff != "" {
 						t.Errorf("attempt %d carried another batch (-want +got):\n%s", i, diff)
+					}
+					// Only the first attempt is a first delivery: a
+					// failed one may have reached the store.
+					if c.first != (i == 0) {
+						t.Errorf("attempt %d marked as a first delivery: %v", i, c.first)
 					}
 					if i > 0 {
 						gaps = append(gaps, c.at.Sub(calls[i-1].at))
