@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
-	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse/chtest"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite/bench"
@@ -73,7 +73,15 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 		b.Fatal(err)
 	}
 	if replay {
-		fillQueue(b, cfg.Store.Queue.Dir, recs)
+		fillQueue(b, cfg.Store.Queue.Dir, func(yield func([]byte) bool) {
+			var buf []byte
+			for _, r := range recs {
+				buf, _ = r.AppendBinary(buf[:0]) // Append copies it
+				if !yield(buf) {
+					return
+				}
+			}
+		})
 	}
 	log := slog.New(slog.DiscardHandler)
 
@@ -117,40 +125,39 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 	}
 }
 
-// fillQueue writes recs to a write-ahead queue in dir, as serve's sink
-// does, and closes it unshipped.
-func fillQueue(b *testing.B, dir string, recs []*record.Record) {
+// fillQueue writes payloads to a write-ahead queue in dir, as serve's
+// sink does, and closes it unshipped: what a stopped replica leaves.
+func fillQueue(tb testing.TB, dir string, payloads iter.Seq[[]byte]) {
+	tb.Helper()
 	q, err := wal.Open(wal.Options{Dir: dir, MaxBytes: 64 << 30}, nil, nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- q.Run(ctx) }()
 	var last wal.Commit
-	var buf []byte
-	for _, r := range recs {
-		buf, _ = r.AppendBinary(buf[:0])
-		c, err := q.Append(buf)
+	for p := range payloads {
+		c, err := q.Append(p)
 		if errors.Is(err, wal.ErrFull) { // the pending buffer: let it commit
 			if err := last.Wait(context.Background()); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
-			c, err = q.Append(buf)
+			c, err = q.Append(p)
 		}
 		if err != nil {
-			b.Fatal(fmt.Errorf("fill the queue: %w", err))
+			tb.Fatal(fmt.Errorf("fill the queue: %w", err))
 		}
 		last = c
 	}
 	if err := last.Wait(context.Background()); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cancel()
 	if err := <-done; err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := q.Close(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }

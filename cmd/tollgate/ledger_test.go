@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
-	"github.com/tollgate-dev/tollgate/internal/wal"
 )
 
 // TestHeldRecords: a shipped batch drops its Records; one put after its
@@ -145,10 +145,6 @@ func TestLedgerReadsBothQueueForms(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.SQLite.Path = filepath.Join(t.TempDir(), "l.db")
 	old, cur := storetest.Record(1), storetest.Record(2)
-	q, err := wal.Open(wal.Options{Dir: cfg.QueueDir()}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := old.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -159,25 +155,7 @@ func TestLedgerReadsBothQueueForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- q.Run(ctx) }()
-	for _, p := range [][]byte{js, bin, amend} {
-		c, err := q.Append(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Wait(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
+	fillQueue(t, cfg.QueueDir(), slices.Values([][]byte{js, bin, amend}))
 
 	st, err := sqlite.Open(t.Context(), cfg.Store.SQLite.Path, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -299,15 +299,22 @@ func keys(m map[string]*window.Group) []string {
 	return ks
 }
 
-// The evaluator evaluates only while the lease is held, at now − Lag.
-func TestEvaluatorStep(t *testing.T) {
+// redisAndStore starts a Redis (its prefix for this test) and opens a
+// SQLite store in the test's directory, closed when the test ends.
+func redisAndStore(t *testing.T) (*redistest.Server, string, *sqlite.Store) {
+	t.Helper()
 	srv := redistest.Start(t, false)
-	prefix := srv.Prefix(t)
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return srv, srv.Prefix(t), st
+}
+
+// The evaluator evaluates only while the lease is held, at now − Lag.
+func TestEvaluatorStep(t *testing.T) {
+	srv, prefix, st := redisAndStore(t)
 	var evals []time.Time
 	mk := func(id string) *Evaluator {
 		return &Evaluator{Lease: NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, ID: id}), Windows: NewWindows(st, WindowsOptions{}),
@@ -346,13 +353,7 @@ func tracked(rule string, until time.Time) alert.Tracked {
 // restores them once, when its term begins; a replica that is not the
 // leader cannot overwrite them; every replica lists them.
 func TestStateHandsOver(t *testing.T) {
-	srv := redistest.Start(t, false)
-	prefix := srv.Prefix(t)
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	srv, prefix, st := redisAndStore(t)
 	mk := func(id string) (*Evaluator, *fakeEngine) {
 		l := NewLease(srv.Client(t), LeaseOptions{Prefix: prefix, ID: id})
 		f := &fakeEngine{}
