@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,7 @@ type queueLedger struct {
 type queueRun struct {
 	q        *wal.WAL
 	held     *heldRecords
+	requeued atomic.Uint64 // the last entry requeue appended: entries up to it are not first deliveries
 	runDone  chan error
 	shipDone chan error
 	stopRun  context.CancelFunc
@@ -200,20 +202,23 @@ func (l *queueLedger) start(q *wal.WAL) *queueRun {
 	r := &queueRun{q: q, held: &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(l.batch)},
 		runDone: make(chan error, 1), shipDone: make(chan error, 1), stopRun: stopRun, stopShip: stopShip}
 	go func() { r.runDone <- q.Run(runCtx) }()
-	go func() { r.shipDone <- q.Ship(shipCtx, l.batch, l.flush, l.shipper(r.held)) }()
+	go func() { r.shipDone <- q.Ship(shipCtx, l.batch, l.flush, l.shipper(r)) }()
 	return r
 }
 
 // shipper is the sink of one queue run.
-func (l *queueLedger) shipper(held *heldRecords) func(ctx context.Context, payloads [][]byte) error {
-	st := l.st
+func (l *queueLedger) shipper(run *queueRun) func(ctx context.Context, payloads [][]byte) error {
+	st, held := l.st, run.held
 	return func(ctx context.Context, payloads [][]byte) error {
 		// In queue order: Records in batches, an amendment after the
 		// Records before it. Replays are harmless (idempotent inserts,
 		// amendments that set the same values again).
 		recs := make([]*record.Record, 0, len(payloads))
 		first, seqs := wal.BatchFirst(ctx)
-		if !wal.Redelivery(ctx) {
+		// Records queued again after a failed queue may be on its disk
+		// too (a write that completed before its fsync failed), which
+		// Open recovered and the store may have: not first deliveries.
+		if !wal.Redelivery(ctx) && seqs && first > run.requeued.Load() {
 			ctx = store.FirstDelivery(ctx)
 		}
 		for i, p := range payloads {
@@ -404,6 +409,12 @@ func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 // were held, until it refuses one.
 func (l *queueLedger) requeue(run *queueRun) {
 	recs := l.spill.take()
+	// Until the last is appended, no batch of this run is a first
+	// delivery (Append does not wait: an entry may ship before its
+	// sequence number is known here); then those up to the last.
+	run.requeued.Store(math.MaxUint64)
+	var last uint64
+	defer func() { run.requeued.Store(last) }()
 	for i, h := range recs {
 		b, _ := h.r.AppendBinary(nil)
 		c, err := run.q.Append(b)
@@ -413,6 +424,7 @@ func (l *queueLedger) requeue(run *queueRun) {
 			}
 			return
 		}
+		last = c.Seq()
 		if !run.held.put(c.Seq(), h.r, len(b)) {
 			l.hold(h.r, len(b))
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
+	"github.com/tollgate-dev/tollgate/internal/wal"
 )
 
 // TestHeldRecords: a shipped batch drops its Records; one put after its
@@ -180,5 +183,62 @@ func TestLedgerReadsBothQueueForms(t *testing.T) {
 		if diff := cmp.Diff([]*record.Record{want}, got); diff != "" {
 			t.Errorf("%s as stored (-want +got):\n%s", want.RequestID, diff)
 		}
+	}
+}
+
+// deliveries is a Store that notes, per inserted RequestID, whether its
+// batch came marked store.FirstDelivery, and stores into the real one.
+type deliveries struct {
+	*sqlite.Store
+	mu    sync.Mutex
+	first map[string]bool
+}
+
+func (d *deliveries) Insert(ctx context.Context, recs []*record.Record) error {
+	d.mu.Lock()
+	for _, r := range recs {
+		d.first[r.RequestID] = store.IsFirstDelivery(ctx)
+	}
+	d.mu.Unlock()
+	return d.Store.Insert(ctx, recs)
+}
+
+// TestRequeuedAreNotFirstDeliveries: Records queued again after the queue
+// failed may be on its disk too (recovered by the reopen), so the store
+// must look them up; a Record appended normally is a first delivery.
+func TestRequeuedAreNotFirstDeliveries(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "l.db"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	d := &deliveries{Store: st, first: map[string]bool{}}
+	l := &queueLedger{opts: wal.Options{Dir: filepath.Join(dir, "queue")}, log: slog.New(slog.DiscardHandler), st: d, batch: 512, flush: time.Millisecond}
+	q, err := wal.Open(l.opts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := l.start(q)
+	l.cur.Store(run)
+	held := storetest.Records(1, 3)
+	for _, r := range held {
+		l.spill.add(r, 600)
+	}
+	l.requeue(run)
+	waitFor(t, "the requeued Records shipped", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.first) == len(held)
+	})
+	fresh := storetest.Record(10)
+	if err := l.sink(fresh)(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l.shutdown(run) // ships everything
+
+	want := map[string]bool{held[0].RequestID: false, held[1].RequestID: false, held[2].RequestID: false, fresh.RequestID: true}
+	if diff := cmp.Diff(want, d.first); diff != "" {
+		t.Errorf("first deliveries by id (-want +got):\n%s", diff)
 	}
 }

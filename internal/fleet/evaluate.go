@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -62,7 +63,14 @@ func (e *Evaluator) Step(ctx context.Context, now time.Time) bool {
 		// Evaluating without them would fire again what fired, and
 		// never resolve it.
 		ts, err := e.State.Load(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrBadState):
+			// It will never decode: start from no alerts (what fired may
+			// page again) rather than stop alerting until it expires.
+			if e.Log != nil {
+				e.Log.Error("the last leader's alert state does not decode; this leader starts from no alerts", "err", err)
+			}
+		case err != nil:
 			if e.Log != nil {
 				e.Log.Error("alerts not evaluated: could not read the last leader's alert state", "err", err)
 			}

@@ -422,3 +422,33 @@ func TestStateSavesOddFigures(t *testing.T) {
 		t.Error("Save changed the caller's alerts")
 	}
 }
+
+// A state that does not decode does not stop alerting: the leader starts
+// from no alerts. Raised alerts past their end are not listed.
+func TestStateBadOrExpired(t *testing.T) {
+	srv, prefix, st := redisAndStore(t)
+	ctx, now := t.Context(), time.Now()
+	rdb := srv.Client(t)
+	l := NewLease(rdb, LeaseOptions{Prefix: prefix, ID: "a"})
+	f := &fakeEngine{}
+	e := &Evaluator{Lease: l, Windows: NewWindows(st, WindowsOptions{}), State: NewState(l, nil), Engine: f,
+		Eval: func(context.Context, time.Time) {}}
+	if err := rdb.Set(ctx, e.State.key, `{"not": "a list"`, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.Step(ctx)
+	if !e.Step(ctx, now) {
+		t.Fatal("a state that does not decode stopped the leader from evaluating")
+	}
+	if len(f.restored) != 1 || len(f.restored[0]) != 0 {
+		t.Errorf("restored %v; want the empty state", f.restored)
+	}
+	if _, err := e.State.Load(ctx); err != nil {
+		t.Errorf("after the leader's save the state decodes again: %v", err)
+	}
+
+	list := e.State.Active(ctx, []alert.Tracked{tracked("over", now.Add(-time.Minute)), tracked("on", now.Add(time.Minute))})
+	if len(list) != 1 || list[0].Rule != "on" {
+		t.Errorf("listed %+v; want only the raised alert that has not ended", list)
+	}
+}

@@ -38,6 +38,7 @@ type State struct {
 	mu       sync.Mutex
 	cached   []alert.Tracked
 	cachedAt time.Time
+	loggedAt time.Time
 }
 
 // stateTTL keeps the state a day after the last save: a fleet with no
@@ -63,6 +64,11 @@ func NewState(l *Lease, log *slog.Logger) *State {
 	}
 	return &State{rdb: l.rdb, key: l.key + ":state", leaseKey: l.key, log: log, timeout: 2 * time.Second}
 }
+
+// ErrBadState is Load's error for a saved state that does not decode
+// (corrupt, or written by a version with other fields): a leader then
+// starts from no alerts rather than stop alerting until it expires.
+var ErrBadState = errors.New("fleet: the alert state in Redis does not decode")
 
 // errNotLeader is Save's error when the lease holds another token.
 var errNotLeader = errors.New("fleet: the lease is no longer held: alert state not saved")
@@ -99,7 +105,7 @@ func (s *State) Load(ctx context.Context) ([]alert.Tracked, error) {
 	}
 	var ts []alert.Tracked
 	if err := json.Unmarshal(b, &ts); err != nil {
-		return nil, fmt.Errorf("decode the alert state in Redis: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
 	s.keep(ts)
 	return ts, nil
@@ -130,6 +136,19 @@ func finite(ts []alert.Tracked) []alert.Tracked {
 
 func ok(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
+// logFailure logs a failed read of the state at most once a minute.
+func (s *State) logFailure(err error) {
+	s.mu.Lock()
+	due := time.Since(s.loggedAt) >= time.Minute
+	if due {
+		s.loggedAt = time.Now()
+	}
+	s.mu.Unlock()
+	if due {
+		s.log.Warn("alerts listed without a fresh read of the fleet's state", "err", err)
+	}
+}
+
 func (s *State) keep(ts []alert.Tracked) {
 	s.mu.Lock()
 	s.cached, s.cachedAt = ts, time.Now()
@@ -144,25 +163,33 @@ const cacheFor = time.Second
 // (the leader's rules and what it raised) together with the alerts this
 // replica raised itself (local, its engine's Snapshot; quota alerts are
 // raised where the request was). If Redis cannot be read, the last state
-// read is used, and with none, local alone.
+// read is used, and with none, local alone. Raised alerts past their end
+// are left out.
 func (s *State) Active(ctx context.Context, local []alert.Tracked) []alert.Alert {
 	s.mu.Lock()
 	shared, fresh := s.cached, time.Since(s.cachedAt) < cacheFor
+	if !fresh {
+		s.cachedAt = time.Now() // a failed read too: Redis is asked at most once a second
+	}
 	s.mu.Unlock()
 	if !fresh {
-		ts, err := s.Load(ctx)
-		if err != nil {
-			s.log.Warn("alerts listed without the fleet's state", "err", err)
+		if ts, err := s.Load(ctx); err != nil {
+			s.logFailure(err)
 		} else {
 			shared = ts
 		}
 	}
+	now := time.Now()
 	byFP := make(map[string]alert.Tracked, len(shared)+len(local))
 	for _, t := range shared {
-		byFP[t.Alert.Fingerprint] = t
+		if t.Until.IsZero() || now.Before(t.Until) {
+			byFP[t.Alert.Fingerprint] = t
+		}
 	}
 	for _, t := range local {
-		if !t.Until.IsZero() { // raised here; a rule's alert is the leader's to say
+		// Raised here and not over (only the leader's evaluations end
+		// raised alerts); a rule's alert is the leader's to say.
+		if !t.Until.IsZero() && now.Before(t.Until) {
 			byFP[t.Alert.Fingerprint] = t
 		}
 	}

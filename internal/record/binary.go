@@ -159,7 +159,7 @@ var ErrNotBinary = errors.New("record: not the binary form")
 
 // UnmarshalBinary reads what AppendBinary wrote, then calls Finish. Bad
 // data gives an error naming where it broke, never a panic; r is left
-// zero then.
+// unchanged then.
 func (r *Record) UnmarshalBinary(data []byte) error {
 	if len(data) == 0 || data[0] != BinaryMagic {
 		return ErrNotBinary

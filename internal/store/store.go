@@ -19,7 +19,9 @@ import (
 // Every Record gets a ledger row (every request, failed and cancelled too).
 // A Record with Sampled set also keeps its detail (the token timeline).
 type Store interface {
-	// Insert writes a batch in one transaction. It is idempotent by
+	// Insert writes a batch in one transaction. The Records are finished:
+	// Finish ran after their last change (a backend may store the
+	// derived figures as they are). It is idempotent by
 	// RequestID: inserting a Record whose RequestID is already stored is a
 	// no-op for that Record (the first write wins), never a second row and
 	// never an error. Insert neither modifies the Records nor keeps recs

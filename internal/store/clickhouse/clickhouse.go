@@ -248,7 +248,11 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		todo = append(todo, r)
 	}
 	if err := s.insertParts(ctx, todo); err != nil {
-		return err
+		// One half of a split batch may be stored: mark its pieces
+		// anyway (marking an unchanged piece only recomputes it), for a
+		// caller that does not retry (the ledger's last flush at
+		// shutdown) would leave its rows out of the reports.
+		return errors.Join(err, s.mark(ctx, recs))
 	}
 	// After the rows, and for the stored ones too: a retry after a
 	// failed mark finds its rows stored and must still mark them.
@@ -258,8 +262,9 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 // finished returns r if Finish has run on it (it always sets
 // Segments.Source), else a finished copy: the derived columns must agree
 // with the marks even if the caller forgot, and the caller's Record is not
-// ours to modify. Finishing every row again was a tenth of the ledger's
-// CPU on the way to ClickHouse.
+// ours to modify. A Record changed after its Finish (store.Store.Insert
+// takes them finished) keeps its derived figures. Finishing every row
+// again was a tenth of the ledger's CPU on the way to ClickHouse.
 func finished(r *record.Record) *record.Record {
 	if r.Derived.Segments.Source != nil {
 		return r
