@@ -40,8 +40,9 @@ var amendPrefix = []byte(`{"amend":`)
 
 // A Record travels the queue in its binary form (record.AppendBinary):
 // a tenth of the JSON form's CPU each way, which was most of what a
-// replica spent per request on its ledger (BenchmarkIngest). Queues
-// written by an older tollgate hold JSON, still read.
+// replica spent per request on its ledger (BenchmarkRecordCodec,
+// BenchmarkLedgerClickHouse). Queues written by an older tollgate hold
+// JSON, still read.
 var queueBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // decodeQueued reads a queued Record, binary or JSON.
