@@ -433,7 +433,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		dedup = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
 		notifier = dedup
 		fleetState = fleet.NewState(lease, flog)
-		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{Log: flog})
+		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{MinuteRetention: cfg.Store.Retention.Minute, Log: flog})
 		alertWin = fleetWin
 		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
 			"replica", lease.ID(), "lease", rc.LeaseOrDefault(), "lag", fleetLag, "redis", redactedURL(rc.Redis.URL))

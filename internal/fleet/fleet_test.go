@@ -452,3 +452,46 @@ func TestStateBadOrExpired(t *testing.T) {
 		t.Errorf("listed %+v; want only the raised alert that has not ended", list)
 	}
 }
+
+// A replica that starts mid-hour writes no hour row for that hour; while
+// the store keeps minutes, the fleet reads the hour from every replica's
+// minutes and counts its requests. Beyond minute retention only the hour
+// rows remain, which lack them.
+func TestHourCountsReplicaStartedMidHour(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	a := window.New(window.Config{From: t0}, st, nil, nil)                       // saw 10:00–11:00 whole
+	b := window.New(window.Config{From: t0.Add(20 * time.Minute)}, st, nil, nil) // started at 10:20
+	for i := range 60 {
+		end := t0.Add(time.Duration(i)*time.Minute + 30*time.Second)
+		a.Add(finished("m", end, 200, 10, 1))
+		if i >= 20 {
+			b.Add(finished("m", end, 200, 10, 1))
+		}
+	}
+	a.Flush(ctx, t0.Add(70*time.Minute))
+	b.Flush(ctx, t0.Add(70*time.Minute))
+	if hrs, err := st.WindowHours(ctx, t0, t0.Add(time.Hour)); err != nil || len(hrs) != 1 {
+		t.Fatalf("hour rows: %d, %v; want a's only (b did not see the hour whole)", len(hrs), err)
+	}
+	requests := func(ret time.Duration) int64 {
+		w := NewWindows(st, WindowsOptions{MinuteRetention: ret})
+		w.now = func() time.Time { return t0.Add(3 * time.Hour) }
+		g, err := w.Hour(ctx, t0, nil, nil, window.NoQuantity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[""].Stats.Requests
+	}
+	if n := requests(0); n != 100 {
+		t.Errorf("hour inside minute retention: %d requests, want 100 (60 of a, 40 of b)", n)
+	}
+	if n := requests(2 * time.Hour); n != 60 {
+		t.Errorf("hour beyond minute retention: %d requests, want a's 60 from its hour row", n)
+	}
+}

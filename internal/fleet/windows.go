@@ -31,10 +31,12 @@ type Source interface {
 // again, so a replica's minute written late (its store was down) still
 // counts if it comes within Reread.
 type Windows struct {
-	src    Source
-	keep   time.Duration
-	reread time.Duration
-	log    *slog.Logger
+	src       Source
+	keep      time.Duration
+	reread    time.Duration
+	minuteRet time.Duration
+	log       *slog.Logger
+	now       func() time.Time
 
 	mu      sync.Mutex
 	minutes map[int64][]row // UTC minute (Unix s) → every replica's rows
@@ -56,7 +58,11 @@ type WindowsOptions struct {
 	Keep time.Duration
 	// Reread is how far back each Refresh reads again (default 10 m).
 	Reread time.Duration
-	Log    *slog.Logger
+	// MinuteRetention is how long the store keeps window minutes
+	// (store.retention.minute; 0: for ever). Hours inside it are read
+	// from every replica's minutes (see Hour).
+	MinuteRetention time.Duration
+	Log             *slog.Logger
 }
 
 // NewWindows returns fleet windows reading src; nothing is read before
@@ -71,7 +77,8 @@ func NewWindows(src Source, o WindowsOptions) *Windows {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Windows{src: src, keep: o.Keep, reread: o.Reread, log: o.Log, minutes: map[int64][]row{}, hours: map[int64]map[window.Key]*window.Stats{}}
+	return &Windows{src: src, keep: o.Keep, reread: o.Reread, minuteRet: o.MinuteRetention, log: o.Log, now: time.Now,
+		minutes: map[int64][]row{}, hours: map[int64]map[window.Key]*window.Stats{}}
 }
 
 // Refresh reads the minutes stored since the last Refresh (less Reread),
@@ -158,7 +165,7 @@ func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by
 	w.hourMu.Unlock()
 	if !ok {
 		var err error
-		if series, err = window.ReadHour(ctx, w.src, h); err != nil {
+		if series, err = w.readHour(ctx, h); err != nil {
 			return nil, err
 		}
 		w.hourMu.Lock()
@@ -175,6 +182,23 @@ func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by
 		}
 	}
 	return out, nil
+}
+
+// readHour reads a closed hour from the store. A replica writes an hour
+// row only for an hour it saw whole, so in an hour in which one started
+// (a rolling deploy) the hour rows lack its requests; every replica's
+// minutes do not. While the store keeps minutes (retention.minute, with
+// an hour to spare for the pruning pass), the hour is merged from them:
+// sixty times the rows, read once per hour and cached. Older hours come
+// from the hour rows.
+func (w *Windows) readHour(ctx context.Context, h time.Time) (map[window.Key]*window.Stats, error) {
+	if w.minuteRet <= 0 || h.After(w.now().Add(-w.minuteRet+time.Hour)) {
+		series, ok, err := window.ReadHourMinutes(ctx, w.src, h)
+		if err != nil || ok {
+			return series, err
+		}
+	}
+	return window.ReadHour(ctx, w.src, h)
 }
 
 func match(sel window.Selector, k window.Key) bool {

@@ -436,12 +436,28 @@ func EachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, 
 		}
 		return nil
 	}
+	_, err = eachMinuteRow(ctx, st, h, f)
+	return err
+}
+
+// ReadHourMinutes merges the stored minutes of the closed UTC hour [h,
+// h+1h), every writer's: exact even where some writer saw only part of
+// the hour and so wrote no hour row for it, which ReadHour's hour rows
+// then lack. ok is false when the store holds no minute of the hour
+// (pruned by retention.minute, or no traffic).
+func ReadHourMinutes(ctx context.Context, st HourReader, h time.Time) (series map[Key]*Stats, ok bool, err error) {
+	series = map[Key]*Stats{}
+	n, err := eachMinuteRow(ctx, st, h, func(k Key, data []byte) { decodeInto(series, k, data) })
+	return series, n > 0, err
+}
+
+func eachMinuteRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) (int, error) {
 	rows, err := st.WindowMinutes(ctx, h, h.Add(time.Hour))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, r := range rows {
 		f(Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
 	}
-	return nil
+	return len(rows), nil
 }
