@@ -155,10 +155,12 @@ func TestConcurrentAppendsShareFsyncs(t *testing.T) {
 	t.Logf("appends %d, commit groups %d (%.1f entries per fsync), fsyncs %d, segments left %d",
 		st.Appends, st.Commits, float64(st.Appends)/float64(st.Commits), st.Fsyncs, st.Segments)
 	// A group can only hold what was appended during the previous fsync,
-	// and each goroutine has one entry in flight: groups of 64 at best.
-	// A quarter of that is a loose bound that still fails if nothing
-	// is shared.
-	if st.Commits*16 > st.Appends {
+	// and each goroutine has one entry in flight: groups of 64 at best,
+	// fewer the faster the disk syncs (15 per group on this machine's
+	// disk on a quiet day, which failed the earlier bound of 16 in half
+	// the runs). Four is a loose bound that still fails if nothing is
+	// shared (groups of one).
+	if st.Commits*4 > st.Appends {
 		t.Errorf("%d commits for %d appends: group commit is not grouping", st.Commits, st.Appends)
 	}
 	if files := walFiles(t, dir); len(files) != 1 {
