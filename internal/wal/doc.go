@@ -85,4 +85,11 @@
 //
 // Ack file "ack": 8 bytes, the highest shipped sequence number, then the
 // 4-byte CRC-32C of those 8 bytes.
+//
+// Sent file "sent": the same 12 bytes for the highest sequence number ever
+// handed to a sink, written in place and fsynced before the sink sees it.
+// After a restart, entries up to it may have reached the store and are
+// redeliveries (see Redelivery); those after it never reached a sink. A
+// missing or unreadable sent file makes every entry Open finds a
+// redelivery.
 package wal

@@ -16,6 +16,7 @@ import (
 const (
 	ackName    = "ack"
 	ackTmpName = "ack.tmp"
+	sentName   = "sent"
 	readChunk  = 1 << 20
 )
 
@@ -139,7 +140,14 @@ func (w *WAL) recover() error {
 		}
 	}
 
-	w.segs, w.next, w.durable, w.acked, w.recovered = segs, next, next-1, ack, next-1
+	w.segs, w.next, w.durable, w.acked = segs, next, next-1, ack
+	// Entries a sink may have seen: up to the persisted sent mark, or all
+	// that were found when there is none to trust.
+	w.recovered = next - 1
+	if sent, ok := w.readSent(); ok {
+		w.recovered = min(w.recovered, sent)
+	}
+	w.sent = w.recovered
 	for _, c := range counts {
 		w.rec.Entries += c
 	}
@@ -412,6 +420,40 @@ func (w *WAL) readAck() (uint64, error) {
 		return 0, nil
 	}
 	return binary.LittleEndian.Uint64(b[:8]), nil
+}
+
+// readSent returns the persisted sent mark (the highest entry ever handed
+// to a sink), ok false when there is none or it is unreadable.
+func (w *WAL) readSent() (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(w.dir, sentName))
+	if err != nil || len(b) != 12 || crc32.Checksum(b[:8], castagnoli) != binary.LittleEndian.Uint32(b[8:12]) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[:8]), true
+}
+
+// writeSent persists the sent mark before a sink sees entries up to seq:
+// written in place and fsynced (a torn or empty file fails its CRC and is
+// then not trusted, so every entry Open finds counts as maybe delivered).
+func (w *WAL) writeSent(seq uint64) error {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], seq)
+	binary.LittleEndian.PutUint32(b[8:12], crc32.Checksum(b[:8], castagnoli))
+	f, err := os.OpenFile(filepath.Join(w.dir, sentName), os.O_WRONLY|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("write wal sent mark: %w", err)
+	}
+	_, err = f.WriteAt(b[:], 0)
+	if err == nil && !w.opts.NoSync {
+		err = w.syncFile(f) // not counted in Fsyncs, which are the commits'
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write wal sent mark: %w", err)
+	}
+	return nil
 }
 
 // writeAck persists the ack point by rename, so a reader sees the old or

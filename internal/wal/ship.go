@@ -217,11 +217,12 @@ func BatchFirst(ctx context.Context) (uint64, bool) {
 // Redelivery is, inside a Ship sink, whether some payload of the batch may
 // have been handed to a sink before: the batch is being retried after a
 // failed call (which may have stored part of it, or all of it and then
-// lost the answer), or it holds entries that Open found on disk, which an
-// earlier process may have shipped without its ack reaching the disk.
-// Otherwise no sink has seen any of them, and a sink may skip the work
-// that makes a replay harmless (the ClickHouse store's look-up of stored
-// ids). Outside a sink it is true: nothing is known.
+// lost the answer), or it holds entries that an earlier process handed to
+// its sink without the ack reaching the disk — those up to the sent mark
+// it persisted before each call, or every entry Open found when there is
+// no mark to trust. Otherwise no sink has seen any of them, and a sink may
+// skip the work that makes a replay harmless (the ClickHouse store's
+// look-up of stored ids). Outside a sink it is true: nothing is known.
 func Redelivery(ctx context.Context) bool {
 	v, ok := ctx.Value(batchKey{}).(batch)
 	return !ok || v.redelivery
@@ -239,7 +240,13 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 	first := s.lastSeq - uint64(s.n) + 1
 	b := batch{first: first, redelivery: first <= s.w.recovered} // recovered: set by Open, never changed
 	for {
-		err := sink(context.WithValue(ctx, batchKey{}, b), s.views)
+		// The sent mark is durable before a sink sees the batch, so that
+		// after a restart only the entries a sink may have seen count as
+		// redeliveries, not the whole backlog.
+		err := s.markSent()
+		if err == nil {
+			err = sink(context.WithValue(ctx, batchKey{}, b), s.views)
+		}
 		if err == nil {
 			s.ack()
 			return true
@@ -260,6 +267,19 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 		}
 		backoff = min(2*backoff, maxShipBackoff)
 	}
+}
+
+// markSent persists the batch's last entry as sent, if it is past the
+// mark.
+func (s *shipper) markSent() error {
+	if s.lastSeq <= s.w.sent {
+		return nil
+	}
+	if err := s.w.writeSent(s.lastSeq); err != nil {
+		return err
+	}
+	s.w.sent = s.lastSeq
+	return nil
 }
 
 // ack records the delivered batch: the gauges, the ack file, and the

@@ -392,3 +392,66 @@ func TestShipRedeliveryAfterOpen(t *testing.T) {
 		t.Error("outside a sink, Redelivery must say true: nothing is known")
 	}
 }
+
+// TestShipRedeliveryUpToSentMark: after a restart only the entries a sink
+// may have seen (up to the persisted sent mark) are redeliveries, not the
+// whole backlog: entries appended while the store was down and never
+// handed to it are first deliveries.
+func TestShipRedeliveryUpToSentMark(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, Options{Dir: dir, NoSync: true})
+	stopRun := runT(t, w)
+	all := payloads(6)
+	for _, p := range all[:4] {
+		appendWait(t, w, p)
+	}
+	calls := 0
+	failed := make(chan struct{})
+	stop := shipT(t, w, 2, 0, func(_ context.Context, ps [][]byte) error {
+		calls++
+		if calls == 2 { // entries 3–4 reach the sink, which fails (its INSERT may have run)
+			close(failed)
+		}
+		if calls >= 2 {
+			return errors.New("store down")
+		}
+		return nil
+	})
+	<-failed
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range all[4:] { // appended while the store is down
+		appendWait(t, w, p)
+	}
+	if err := stopRun(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	w = openT(t, Options{Dir: dir, NoSync: true})
+	runT(t, w)
+	type call struct {
+		Batch      []string
+		Redelivery bool
+	}
+	var got []call
+	done := make(chan struct{})
+	stop = shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
+		got = append(got, call{strs(ps), Redelivery(ctx)})
+		if len(got) == 2 {
+			close(done)
+		}
+		return nil
+	})
+	<-done
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := []call{{all[2:4], true}, {all[4:6], false}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sink calls after the restart (-want +got):\n%s", diff)
+	}
+}

@@ -107,7 +107,8 @@ type WAL struct {
 	segs      []*segment
 	durable   uint64 // highest fsynced sequence number
 	acked     uint64 // highest shipped sequence number
-	recovered uint64 // highest sequence number found by Open (0: none)
+	recovered uint64 // highest entry Open found that a sink may have seen (0: none)
+	sent      uint64 // highest entry handed to a sink, persisted (owned by Ship)
 	unBytes   int64  // appended, not yet shipped: bytes
 	unEntries int64  // and entries
 
