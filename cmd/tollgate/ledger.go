@@ -410,11 +410,14 @@ func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 // were held, until it refuses one.
 func (l *queueLedger) requeue(run *queueRun) {
 	recs := l.spill.take()
+	if len(recs) == 0 {
+		return // supervise calls this every second: leave the marker be
+	}
 	// Until the last is appended, no batch of this run is a first
 	// delivery (Append does not wait: an entry may ship before its
 	// sequence number is known here); then those up to the last.
+	last := run.requeued.Load()
 	run.requeued.Store(math.MaxUint64)
-	var last uint64
 	defer func() { run.requeued.Store(last) }()
 	for i, h := range recs {
 		b, _ := h.r.AppendBinary(nil)

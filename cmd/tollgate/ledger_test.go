@@ -226,6 +226,11 @@ func TestRequeuedAreNotFirstDeliveries(t *testing.T) {
 		l.spill.add(r, 600)
 	}
 	l.requeue(run)
+	marked := run.requeued.Load()
+	l.requeue(run) // supervise's next tick, with nothing held: the marker stays
+	if marked < 3 || run.requeued.Load() != marked {
+		t.Fatalf("requeued marker %d, then %d after an empty requeue; want the last requeued entry, kept", marked, run.requeued.Load())
+	}
 	waitFor(t, "the requeued Records shipped", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()

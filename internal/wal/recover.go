@@ -143,11 +143,13 @@ func (w *WAL) recover() error {
 	w.segs, w.next, w.durable, w.acked = segs, next, next-1, ack
 	// Entries a sink may have seen: up to the persisted sent mark, or all
 	// that were found when there is none to trust.
-	w.recovered = next - 1
-	if sent, ok := w.readSent(); ok {
-		w.recovered = min(w.recovered, sent)
+	w.sent = next - 1
+	// A mark below the ack point is stale (within one version sent ≥ ack
+	// always holds: it is fsynced before the sink call, the ack written
+	// after it), say left by a downgrade to a version without it.
+	if sent, ok := w.readSent(); ok && sent >= ack {
+		w.sent = min(w.sent, sent)
 	}
-	w.sent = w.recovered
 	for _, c := range counts {
 		w.rec.Entries += c
 	}
@@ -445,7 +447,7 @@ func (w *WAL) writeSent(seq uint64) error {
 	}
 	_, err = f.WriteAt(b[:], 0)
 	if err == nil && !w.opts.NoSync {
-		err = w.syncFile(f) // not counted in Fsyncs, which are the commits'
+		err = w.syncFile(f) // not counted in Stats.Fsyncs
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

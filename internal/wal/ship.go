@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -238,7 +240,9 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 	}
 	backoff := shipBackoff
 	first := s.lastSeq - uint64(s.n) + 1
-	b := batch{first: first, redelivery: first <= s.w.recovered} // recovered: set by Open, never changed
+	// w.sent is what a sink may have seen: Open's recovered entries, then
+	// every batch handed on since (owned by the one running Ship).
+	b := batch{first: first, redelivery: first <= s.w.sent}
 	for {
 		// The sent mark is durable before a sink sees the batch, so that
 		// after a restart only the entries a sink may have seen count as
@@ -270,13 +274,19 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 }
 
 // markSent persists the batch's last entry as sent, if it is past the
-// mark.
+// mark. If the mark cannot be written, the file is removed instead (the
+// next Open then counts every entry it finds as maybe delivered), so that
+// shipping does not stop on it; only if that fails too is the batch held
+// back, as a failed delivery.
 func (s *shipper) markSent() error {
 	if s.lastSeq <= s.w.sent {
 		return nil
 	}
 	if err := s.w.writeSent(s.lastSeq); err != nil {
-		return err
+		if rerr := os.Remove(filepath.Join(s.w.dir, sentName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return err
+		}
+		s.w.log.Warn("wal: could not persist the sent mark; removed it, so a restart looks up every entry it finds", "err", err)
 	}
 	s.w.sent = s.lastSeq
 	return nil

@@ -455,3 +455,56 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 		t.Errorf("sink calls after the restart (-want +got):\n%s", diff)
 	}
 }
+
+// TestFailureCountsEverythingAsSent: entries a failed write left on disk
+// are also held by the caller, which queues them again or stores them
+// itself; so after the failure the next Open counts every entry it finds
+// as maybe delivered, even past the sent mark.
+func TestFailureCountsEverythingAsSent(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, Options{Dir: dir})
+	var broken atomic.Bool
+	w.syncFile = func(f *os.File) error {
+		if broken.Load() {
+			return errors.New("injected EIO")
+		}
+		return f.Sync()
+	}
+	stopRun := runT(t, w)
+	appendWait(t, w, "before")
+	shipped := make(chan struct{})
+	stopShip := shipT(t, w, 10, 0, func(context.Context, [][]byte) error { close(shipped); return nil })
+	<-shipped // the sent mark is 1 now
+	if err := stopShip(); err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(true)
+	c, err := w.Append([]byte("during")) // written, its fsync fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait(context.Background())
+	_ = stopRun()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	w = openT(t, Options{Dir: dir, NoSync: true})
+	runT(t, w)
+	if w.Stats().UnshippedEntries == 0 {
+		t.Skip("the failed write left nothing on disk this time: nothing to check")
+	}
+	got := make(chan bool, 1)
+	stop := shipT(t, w, 10, 0, func(ctx context.Context, ps [][]byte) error {
+		if strs(ps)[0] == "during" {
+			got <- Redelivery(ctx)
+		}
+		return nil
+	})
+	if !<-got {
+		t.Error("an entry left on disk by a failed write shipped as a first delivery; the caller may have stored its copy")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

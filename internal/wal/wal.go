@@ -107,10 +107,12 @@ type WAL struct {
 	segs      []*segment
 	durable   uint64 // highest fsynced sequence number
 	acked     uint64 // highest shipped sequence number
-	recovered uint64 // highest entry Open found that a sink may have seen (0: none)
-	sent      uint64 // highest entry handed to a sink, persisted (owned by Ship)
-	unBytes   int64  // appended, not yet shipped: bytes
-	unEntries int64  // and entries
+	// sent is the highest entry a sink may have seen: at Open, the
+	// persisted sent mark (or every entry found, without one); then the
+	// last of each batch handed on (owned by the one running Ship).
+	sent      uint64
+	unBytes   int64 // appended, not yet shipped: bytes
+	unEntries int64 // and entries
 
 	// Owned by the committer (Run, or Close once Run is gone).
 	active     *os.File
@@ -145,7 +147,7 @@ type stats struct {
 type Stats struct {
 	Appends          uint64 // accepted Appends
 	Commits          uint64 // commit groups written
-	Fsyncs           uint64 // every fsync issued: commits, segment creation, directory
+	Fsyncs           uint64 // the committer's fsyncs: commits, segment creation, directory (not the sent mark's)
 	Full             uint64 // Appends refused with ErrFull
 	ShipErrors       uint64 // failed sink calls
 	TruncatedBytes   uint64 // torn tail removed by Open
@@ -556,8 +558,25 @@ func (w *WAL) Close() error {
 	w.mu.Unlock()
 	if failed == nil {
 		err = w.commitPending()
+	} else {
+		w.markAllSent()
 	}
 	return errors.Join(err, w.closeFiles())
+}
+
+// markAllSent, after a write or fsync error, marks every entry ever
+// appended as maybe sent: the ones the error left on disk are also held
+// by the caller (cmd/tollgate's ledger queues them again or writes them
+// to the store itself), so the next Open must count them as maybe
+// delivered. If the mark cannot be written it is removed, which counts
+// every entry found.
+func (w *WAL) markAllSent() {
+	w.mu.Lock()
+	last := w.next - 1
+	w.mu.Unlock()
+	if err := w.writeSent(last); err != nil {
+		_ = os.Remove(filepath.Join(w.dir, sentName))
+	}
 }
 
 func (w *WAL) closeFiles() error {
