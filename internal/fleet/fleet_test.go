@@ -218,12 +218,7 @@ func finished(model string, end time.Time, status int, in, out int64) *record.Re
 // windows merge both, read late rows again within Reread, and answer
 // closed hours from the store too.
 func TestWindows(t *testing.T) {
-	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	ctx, st := t.Context(), openStore(t)
 	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 	a := window.New(window.Config{From: t0}, st, nil, nil)
 	b := window.New(window.Config{From: t0}, st, nil, nil)
@@ -299,17 +294,24 @@ func keys(m map[string]*window.Group) []string {
 	return ks
 }
 
-// redisAndStore starts a Redis (its prefix for this test) and opens a
-// SQLite store in the test's directory, closed when the test ends.
-func redisAndStore(t *testing.T) (*redistest.Server, string, *sqlite.Store) {
+// openStore opens a SQLite store in the test's directory, closed when
+// the test ends: where the replicas' window minutes and hours go.
+func openStore(t *testing.T) *sqlite.Store {
 	t.Helper()
-	srv := redistest.Start(t, false)
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return srv, srv.Prefix(t), st
+	return st
+}
+
+// redisAndStore starts a Redis (its prefix for this test) and opens a
+// store (openStore).
+func redisAndStore(t *testing.T) (*redistest.Server, string, *sqlite.Store) {
+	t.Helper()
+	srv := redistest.Start(t, false)
+	return srv, srv.Prefix(t), openStore(t)
 }
 
 // The evaluator evaluates only while the lease is held, at now − Lag.
@@ -458,12 +460,7 @@ func TestStateBadOrExpired(t *testing.T) {
 // minutes and counts its requests. Beyond minute retention only the hour
 // rows remain, which lack them.
 func TestHourCountsReplicaStartedMidHour(t *testing.T) {
-	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	ctx, st := t.Context(), openStore(t)
 	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 	a := window.New(window.Config{From: t0}, st, nil, nil)                       // saw 10:00–11:00 whole
 	b := window.New(window.Config{From: t0.Add(20 * time.Minute)}, st, nil, nil) // started at 10:20

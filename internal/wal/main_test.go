@@ -2,8 +2,10 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -44,6 +46,19 @@ func runT(t testing.TB, w *WAL) (stop func() error) {
 	}
 	t.Cleanup(func() { stop() })
 	return stop
+}
+
+// breakSync makes w's fsyncs fail with "injected EIO" once the returned
+// switch is set.
+func breakSync(w *WAL) *atomic.Bool {
+	var broken atomic.Bool
+	w.syncFile = func(f *os.File) error {
+		if broken.Load() {
+			return errors.New("injected EIO")
+		}
+		return f.Sync()
+	}
+	return &broken
 }
 
 // appendWait appends and waits, failing the test on any error.

@@ -339,6 +339,27 @@ func TestShipBatchFirst(t *testing.T) {
 	})
 }
 
+// redelivered is one sink call as the redelivery tests note it.
+type redelivered struct {
+	Batch      []string
+	Redelivery bool
+}
+
+// restart stops w's committer, closes w and opens the directory again,
+// with a committer running: a process that stopped and started.
+func restart(t *testing.T, w *WAL, stopRun func() error, dir string) *WAL {
+	t.Helper()
+	if err := stopRun(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = openT(t, Options{Dir: dir, NoSync: true})
+	runT(t, w)
+	return w
+}
+
 // TestShipRedeliveryAfterOpen: the entries a restart finds unacked may have
 // reached the store before the crash, so their batches are redeliveries;
 // the batches of entries appended since are not.
@@ -349,24 +370,12 @@ func TestShipRedeliveryAfterOpen(t *testing.T) {
 	for _, p := range payloads(5) {
 		appendWait(t, w, p)
 	}
-	if err := stopRun(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	w = openT(t, Options{Dir: dir, NoSync: true})
-	runT(t, w)
-	type call struct {
-		Batch      []string
-		Redelivery bool
-	}
-	var calls []call
+	w = restart(t, w, stopRun, dir)
+	var calls []redelivered
 	more := payloads(8)[5:]
 	delivered := make(chan struct{})
 	stop := shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
-		calls = append(calls, call{strs(ps), Redelivery(ctx)})
+		calls = append(calls, redelivered{strs(ps), Redelivery(ctx)})
 		if len(calls) == 3 {
 			// The recovered ones are shipped (the third batch held the
 			// last of them); the next appends come after.
@@ -384,7 +393,7 @@ func TestShipRedeliveryAfterOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := payloads(8)
-	want := []call{{all[0:2], true}, {all[2:4], true}, {all[4:5], true}, {all[5:7], false}, {all[7:8], false}}
+	want := []redelivered{{all[0:2], true}, {all[2:4], true}, {all[4:5], true}, {all[5:7], false}, {all[7:8], false}}
 	if diff := cmp.Diff(want, calls); diff != "" {
 		t.Errorf("sink calls (-want +got):\n%s", diff)
 	}
@@ -424,23 +433,11 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 	for _, p := range all[4:] { // appended while the store is down
 		appendWait(t, w, p)
 	}
-	if err := stopRun(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	w = openT(t, Options{Dir: dir, NoSync: true})
-	runT(t, w)
-	type call struct {
-		Batch      []string
-		Redelivery bool
-	}
-	var got []call
+	w = restart(t, w, stopRun, dir)
+	var got []redelivered
 	done := make(chan struct{})
 	stop = shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
-		got = append(got, call{strs(ps), Redelivery(ctx)})
+		got = append(got, redelivered{strs(ps), Redelivery(ctx)})
 		if len(got) == 2 {
 			close(done)
 		}
@@ -450,7 +447,7 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	want := []call{{all[2:4], true}, {all[4:6], false}}
+	want := []redelivered{{all[2:4], true}, {all[4:6], false}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sink calls after the restart (-want +got):\n%s", diff)
 	}
@@ -463,13 +460,7 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 func TestFailureCountsEverythingAsSent(t *testing.T) {
 	dir := t.TempDir()
 	w := openT(t, Options{Dir: dir})
-	var broken atomic.Bool
-	w.syncFile = func(f *os.File) error {
-		if broken.Load() {
-			return errors.New("injected EIO")
-		}
-		return f.Sync()
-	}
+	broken := breakSync(w)
 	stopRun := runT(t, w)
 	appendWait(t, w, "before")
 	shipped := make(chan struct{})

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -384,13 +383,7 @@ func TestCloseCommitsWithoutRun(t *testing.T) {
 func TestSyncFailureStopsTheWAL(t *testing.T) {
 	dir := t.TempDir()
 	w := openT(t, Options{Dir: dir})
-	var broken atomic.Bool
-	w.syncFile = func(f *os.File) error {
-		if broken.Load() {
-			return errors.New("injected EIO")
-		}
-		return f.Sync()
-	}
+	broken := breakSync(w)
 	stop := runT(t, w)
 	appendWait(t, w, "before")
 
