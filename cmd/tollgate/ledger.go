@@ -328,16 +328,22 @@ func (l *queueLedger) supervise(run *queueRun) {
 		case <-tick.C:
 			// Records that saw the failed run just before the swap.
 			l.requeue(run)
-			if l.troubled && run.q.Stats().Commits > 0 {
-				l.troubled, l.backoff = false, 0
-				l.log.Warn("write-ahead queue working again", "failures", l.failures.Load())
-			}
+			l.noteRecovered(run)
 		case <-l.quit:
 			l.requeue(run)
 			l.shutdown(run)
+			l.noteRecovered(run) // a recovery within the last second is logged too
 			l.flushSpill()
 			return
 		}
+	}
+}
+
+// noteRecovered logs, once per outage, that the reopened queue commits.
+func (l *queueLedger) noteRecovered(run *queueRun) {
+	if l.troubled && run.q.Stats().Commits > 0 {
+		l.troubled, l.backoff = false, 0
+		l.log.Warn("write-ahead queue working again", "failures", l.failures.Load())
 	}
 }
 
