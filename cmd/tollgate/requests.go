@@ -19,7 +19,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(args) > 0 && args[0] == "show" {
 		return runRequestsShow(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
+	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--client-id ID] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	limit := fs.Int("limit", 20, "how many requests, newest first")
 	asJSON := fs.Bool("json", false, "one JSON record per line instead of a table")
@@ -28,6 +28,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.BizLine, "biz", "", "only this business line")
 	fs.StringVar(&f.Model, "model", "", "only this model")
 	fs.StringVar(&f.TraceID, "trace", "", "only this trace id")
+	fs.StringVar(&f.ClientRequestID, "client-id", "", "only requests that sent this X-Request-Id (tollgate's own id is the one `requests show` takes)")
 	fs.StringVar(&f.TemplateID, "template", "", "only this prompt template id")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
@@ -119,6 +120,15 @@ func loadRequest(ctx context.Context, lf *ledgerFlags, id string) ([]*record.Rec
 	defer st.Close()
 	recs, err := st.Request(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
+		// Not tollgate's id: perhaps the client's own X-Request-Id, which
+		// several requests may share.
+		byClient, cerr := st.Requests(ctx, store.Filter{ClientRequestID: id, Limit: 2})
+		switch {
+		case cerr == nil && len(byClient) == 1:
+			return st.Request(ctx, byClient[0].RequestID)
+		case cerr == nil && len(byClient) > 1:
+			return nil, fmt.Errorf("more than one request sent X-Request-Id %q; list them with `tollgate requests --client-id %s` and show one by its tollgate id", id, id)
+		}
 		where := lf.db
 		if lf.config != "" {
 			where = "the store of " + lf.config
@@ -146,6 +156,9 @@ func printReport(w io.Writer, r *record.Record) {
 		kv("tags", r.Tags)
 	}
 	kv("trace id", r.TraceID)
+	if r.ClientRequestID != "" {
+		kv("client request id", r.ClientRequestID)
+	}
 	kv("model", fmt.Sprintf("%s (served as %s)", r.Model, dash(r.ServedModel)))
 	kv("upstream", fmt.Sprintf("%s (%s)", dash(r.Upstream), dash(r.Engine)))
 

@@ -16,11 +16,14 @@ import (
 // binary form starts with BinaryMagic, so a reader tells them apart by
 // the first byte.
 //
-// Layout (v1), after the magic byte. Integers are varints (zigzag for
+// Layout (v2), after the magic byte. Integers are varints (zigzag for
 // signed, as encoding/binary writes them), strings a uvarint length then
 // the bytes, floats their IEEE 754 bits little-endian. First the fields
-// listed by strs, ints and int64s below, in that order (22 strings, 7
-// ints, 21 int64s and durations); then a uvarint of flags (the bin*
+// listed by strs, ints and int64s below, in that order, each list led by
+// its length (a uvarint): a field added later is appended to its list,
+// and a reader of an older entry leaves the fields the entry lacks at
+// zero, so adding a field needs no new version. A list longer than the
+// reader knows is an entry from a newer tollgate: refused. Then a uvarint of flags (the bin*
 // bits); then, each when its flag is set: MaxTokens (int), Temperature
 // and TopP (float), Arrival (Unix seconds int, nanoseconds uvarint), Tags
 // (count, then key and value strings), Timeline (count, then per point
@@ -28,11 +31,20 @@ import (
 // numbers, so short varints), EngineTiming (Signal, then the 9 ints of
 // fields).
 //
+// v1 (magic BinaryMagicV1) is the same without the three lengths: 22
+// strings, 7 ints and 21 int64s, the lists as they were then.
+//
 // Derived figures are not stored: decoding calls Finish, as the JSON
 // reader does, so a queued Record and a live one agree by construction.
 
-// BinaryMagic is the first byte of the binary form (v1).
-const BinaryMagic byte = 0xB1
+// BinaryMagic is the first byte of the binary form (v2).
+const BinaryMagic byte = 0xB2
+
+// BinaryMagicV1 is the first byte of the first binary form, still read.
+const BinaryMagicV1 byte = 0xB1
+
+// The lengths of the field lists in v1.
+const v1Strs, v1Ints, v1Int64s = 22, 7, 21
 
 const (
 	binStream = 1 << iota
@@ -52,11 +64,13 @@ const (
 
 // strs lists the string fields in the binary form's order. The encoder
 // and the decoder share it, so they cannot drift apart.
-func (r *Record) strs() [22]*string {
+func (r *Record) strs() [23]*string {
 	return [...]*string{&r.RequestID, &r.LogicalRequestID, &r.TraceID, &r.SpanID, &r.UserID, &r.KeyID, &r.Team,
 		&r.BizLine, &r.SessionID, &r.TemplateID, &r.Endpoint, &r.Model, &r.ServedModel,
 		&r.Upstream, &r.Engine, &r.PromptSHA256, &r.ErrorType, &r.ErrorMessage,
-		&r.FinishReason, (*string)(&r.Usage.Source), &r.Cost.Currency, &r.Cost.PriceVersion}
+		&r.FinishReason, (*string)(&r.Usage.Source), &r.Cost.Currency, &r.Cost.PriceVersion,
+		// v2
+		&r.ClientRequestID}
 }
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the
@@ -84,13 +98,17 @@ func (e *EngineTiming) fields() [9]*int64 {
 // It never fails; the error is the interface's.
 func (r *Record) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, BinaryMagic)
-	for _, p := range r.strs() {
+	strs, ints, int64s := r.strs(), r.ints(), r.int64s()
+	b = binary.AppendUvarint(b, uint64(len(strs)))
+	for _, p := range strs {
 		b = appendStr(b, *p)
 	}
-	for _, p := range r.ints() {
+	b = binary.AppendUvarint(b, uint64(len(ints)))
+	for _, p := range ints {
 		b = binary.AppendVarint(b, int64(*p))
 	}
-	for _, p := range r.int64s() {
+	b = binary.AppendUvarint(b, uint64(len(int64s)))
+	for _, p := range int64s {
 		b = binary.AppendVarint(b, *p)
 	}
 	var flags uint64
@@ -157,28 +175,30 @@ func appendStr(b []byte, s string) []byte {
 // with BinaryMagic (JSON from an older queue, say).
 var ErrNotBinary = errors.New("record: not the binary form")
 
-// UnmarshalBinary reads what AppendBinary wrote, then calls Finish. Bad
-// data gives an error naming where it broke, never a panic; r is left
-// unchanged then.
+// UnmarshalBinary reads what AppendBinary wrote (v2, or v1 from an older
+// queue), then calls Finish. Bad data gives an error naming where it
+// broke, never a panic; r is left unchanged then.
 func (r *Record) UnmarshalBinary(data []byte) error {
-	if len(data) == 0 || data[0] != BinaryMagic {
+	if len(data) == 0 || (data[0] != BinaryMagic && data[0] != BinaryMagicV1) {
 		return ErrNotBinary
 	}
 	// One string holds the payload; the Record's strings are slices of it:
-	// one allocation for all 22 and the tags, not one each.
+	// one allocation for all of them and the tags, not one each.
 	d := binDec{s: string(data[1:])}
+	v1 := data[0] == BinaryMagicV1
 	var x Record
-	for _, p := range x.strs() {
+	strs, ints, int64s := x.strs(), x.ints(), x.int64s()
+	for _, p := range strs[:d.listLen(v1, v1Strs, len(strs), "strings")] {
 		*p = d.str()
 	}
-	for _, p := range x.ints() {
+	for _, p := range ints[:d.listLen(v1, v1Ints, len(ints), "ints")] {
 		v := d.varint()
 		if int64(int(v)) != v {
 			d.fail("an int out of range")
 		}
 		*p = int(v)
 	}
-	for _, p := range x.int64s() {
+	for _, p := range int64s[:d.listLen(v1, v1Int64s, len(int64s), "int64s")] {
 		*p = d.varint()
 	}
 	flags := d.uvarint()
@@ -305,6 +325,21 @@ func (d *binDec) float() float64 {
 	}
 	d.i += 8
 	return math.Float64frombits(v)
+}
+
+// listLen reads the length of a field list (v1: the fixed one), refused
+// when it is longer than this reader knows: an entry from a newer
+// tollgate, whose extra fields would be dropped silently.
+func (d *binDec) listLen(v1 bool, v1n, known int, what string) int {
+	if v1 {
+		return v1n
+	}
+	n := d.uvarint()
+	if n > uint64(known) {
+		d.fail(fmt.Sprintf("%d %s, this tollgate knows %d (written by a newer version)", n, what, known))
+		return 0
+	}
+	return int(n)
 }
 
 // count reads an element count, refused when the bytes left could not

@@ -95,7 +95,7 @@ func TestBinaryRefusesBadInput(t *testing.T) {
 		t.Fatalf("trailing byte: got %v", err)
 	}
 	// A huge tag count in a tiny payload must not allocate it.
-	huge := []byte{BinaryMagic}
+	huge := []byte{BinaryMagicV1}
 	for range 22 {
 		huge = append(huge, 0)
 	}

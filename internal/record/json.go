@@ -15,6 +15,7 @@ import (
 type jsonRecord struct {
 	RequestID        string            `json:"request_id"`
 	LogicalRequestID string            `json:"logical_request_id"`
+	ClientRequestID  string            `json:"client_request_id,omitempty"`
 	Attempt          int               `json:"attempt"`
 	TraceID          string            `json:"trace_id"`
 	SpanID           string            `json:"span_id,omitempty"`
@@ -180,7 +181,7 @@ func segmentsJSON(s Segments) map[string]float64 {
 func (r *Record) MarshalJSON() ([]byte, error) {
 	d := r.Derived
 	j := jsonRecord{
-		RequestID: r.RequestID, LogicalRequestID: r.LogicalRequestID, Attempt: r.Attempt,
+		RequestID: r.RequestID, LogicalRequestID: r.LogicalRequestID, ClientRequestID: r.ClientRequestID, Attempt: r.Attempt,
 		TraceID: r.TraceID, SpanID: r.SpanID, UserID: r.UserID, KeyID: r.KeyID, Team: r.Team,
 		BizLine: r.BizLine, SessionID: r.SessionID, TemplateID: r.TemplateID, Tags: r.Tags,
 		Endpoint: r.Endpoint, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
@@ -231,7 +232,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	}
 	m := j.Timing.Marks
 	*r = Record{
-		RequestID: j.RequestID, LogicalRequestID: j.LogicalRequestID, Attempt: j.Attempt,
+		RequestID: j.RequestID, LogicalRequestID: j.LogicalRequestID, ClientRequestID: j.ClientRequestID, Attempt: j.Attempt,
 		TraceID: j.TraceID, SpanID: j.SpanID, UserID: j.UserID, KeyID: j.KeyID, Team: j.Team,
 		BizLine: j.BizLine, SessionID: j.SessionID, TemplateID: j.TemplateID, Tags: j.Tags,
 		Endpoint: j.Endpoint, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,

@@ -72,10 +72,13 @@ type Filter struct {
 	Model        string
 	TraceID      string
 	TemplateID   string
-	Status       int
-	ErrorsOnly   bool          // error_type != ""
-	MinE2E       time.Duration // "slow only"
-	Limit        int           // 0 (or less) means 100
+	// ClientRequestID: the X-Request-Id a client sent (several requests
+	// may share one).
+	ClientRequestID string
+	Status          int
+	ErrorsOnly      bool          // error_type != ""
+	MinE2E          time.Duration // "slow only"
+	Limit           int           // 0 (or less) means 100
 }
 
 // ErrNotFound is returned by Request when no record matches.

@@ -169,12 +169,46 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.c.exec(ctx, "", createRequests(s.db, s.features)); err != nil {
 		return fmt.Errorf("create table requests: %w", err)
 	}
+	if err := s.addMissingColumns(ctx); err != nil {
+		return err
+	}
 	for _, ddl := range append(sideTables(s.db), rollupDDL(s.db)...) {
 		if err := s.c.exec(ctx, "", ddl); err != nil {
 			return fmt.Errorf("create table: %w", err)
 		}
 	}
 	return s.openRollups(ctx)
+}
+
+// addMissingColumns brings a requests table made by an older tollgate up
+// to allColumns: CREATE TABLE IF NOT EXISTS leaves an existing table as
+// it was, and a column added since would fail every INSERT. New columns
+// get their type's default in old rows. Two replicas starting together
+// may both add one; the loser's "already exists" is checked away.
+func (s *Store) addMissingColumns(ctx context.Context) error {
+	have := map[string]bool{}
+	out, err := s.c.text(ctx, "", "SELECT name FROM system.columns WHERE database = "+quoteString(s.db)+" AND table = 'requests'")
+	if err != nil {
+		return fmt.Errorf("read the columns of table requests: %w", err)
+	}
+	for name := range strings.SplitSeq(out, "\n") {
+		have[name] = true
+	}
+	for _, c := range allColumns {
+		if have[c.name] {
+			continue
+		}
+		typ := c.typ
+		if c.dim && s.features.LowCardinality {
+			typ = "LowCardinality(" + typ + ")"
+		}
+		if err := s.c.exec(ctx, "", "ALTER TABLE "+s.table("requests")+" ADD COLUMN "+c.name+" "+typ); err != nil &&
+			!strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("add column %s to table requests: %w", c.name, err)
+		}
+		s.log.Info("ClickHouse: column added to table requests", "column", c.name)
+	}
+	return nil
 }
 
 // Version is the server's version, read at Open.
@@ -383,7 +417,7 @@ func requestsQuery(db string, f store.Filter) string {
 	}
 	for _, c := range []struct{ col, val string }{
 		{"user_id", f.UserID}, {"biz_line", f.BizLine}, {"model", f.Model},
-		{"trace_id", f.TraceID}, {"template_id", f.TemplateID},
+		{"trace_id", f.TraceID}, {"template_id", f.TemplateID}, {"client_request_id", f.ClientRequestID},
 	} {
 		if c.val != "" {
 			add("%s = %s", c.col, quoteString(c.val))

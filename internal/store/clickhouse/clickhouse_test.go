@@ -460,3 +460,36 @@ func TestAnalyticsConformance(t *testing.T) {
 	needServer(t)
 	storetest.RunAnalytics(t, func(t *testing.T) storetest.AnalyticsStore { return openTest(t) })
 }
+
+// TestOpenAddsMissingColumns: a requests table made by an older tollgate
+// (here: without client_request_id) is brought up to date at Open, so
+// INSERTs of the new Records work and old rows read back with defaults.
+func TestOpenAddsMissingColumns(t *testing.T) {
+	old := openTest(t)
+	if err := old.Insert(t.Context(), []*record.Record{storetest.Record(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.c.exec(t.Context(), "", "ALTER TABLE "+old.table("requests")+" DROP COLUMN client_request_id"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Config{HTTP: serverURL, Database: old.db}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := storetest.Record(2)
+	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+		t.Fatalf("insert after the upgrade: %v", err)
+	}
+	got, err := s.Request(t.Context(), r.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]*record.Record{r}, got); diff != "" {
+		t.Errorf("round trip after the upgrade (-want +got):\n%s", diff)
+	}
+	older, err := s.Request(t.Context(), storetest.Record(1).RequestID)
+	if err != nil || older[0].ClientRequestID != "" {
+		t.Fatalf("old row: %v, client id %q", err, older[0].ClientRequestID)
+	}
+}

@@ -149,6 +149,7 @@ var ledger = []column{
 	{"day", "Date", false, func(e *enc, r *record.Record) { e.u16(day(r.Arrival)) }, nil},
 	strCol("request_id", false, func(r *record.Record) *string { return &r.RequestID }),
 	strCol("logical_request_id", false, func(r *record.Record) *string { return &r.LogicalRequestID }),
+	strCol("client_request_id", false, func(r *record.Record) *string { return &r.ClientRequestID }),
 	intCol("attempt", func(r *record.Record) *int { return &r.Attempt }),
 	strCol("trace_id", false, func(r *record.Record) *string { return &r.TraceID }),
 	strCol("span_id", false, func(r *record.Record) *string { return &r.SpanID }),

@@ -162,6 +162,11 @@ var migrations = []string{
 		response_truncated INTEGER NOT NULL
 	) STRICT;
 	CREATE INDEX captures_at ON captures (at);`,
+	// 11: the client's own X-Request-Id, kept beside tollgate's key (it
+	// was the key before, so a reused id lost rows). The index is partial:
+	// most clients send none, and an index entry per row costs the writer.
+	`ALTER TABLE requests ADD COLUMN client_request_id TEXT NOT NULL DEFAULT '';
+	CREATE INDEX requests_client_id ON requests (client_request_id) WHERE client_request_id != '';`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -246,6 +251,7 @@ func (s *scratch) apply(r *record.Record) error {
 var ledger = []column{
 	{"request_id", func(r *record.Record) any { return r.RequestID }, func(r *record.Record, _ *scratch) any { return &r.RequestID }},
 	{"logical_request_id", func(r *record.Record) any { return r.LogicalRequestID }, func(r *record.Record, _ *scratch) any { return &r.LogicalRequestID }},
+	{"client_request_id", func(r *record.Record) any { return r.ClientRequestID }, func(r *record.Record, _ *scratch) any { return &r.ClientRequestID }},
 	{"attempt", func(r *record.Record) any { return int64(r.Attempt) }, func(r *record.Record, _ *scratch) any { return &r.Attempt }},
 	{"trace_id", func(r *record.Record) any { return r.TraceID }, func(r *record.Record, _ *scratch) any { return &r.TraceID }},
 	{"span_id", func(r *record.Record) any { return r.SpanID }, func(r *record.Record, _ *scratch) any { return &r.SpanID }},

@@ -288,6 +288,9 @@ func requestsQuery(f store.Filter) (string, []any) {
 	if f.TraceID != "" {
 		add("trace_id = ?", f.TraceID)
 	}
+	if f.ClientRequestID != "" {
+		add("client_request_id = ?", f.ClientRequestID)
+	}
 	if f.TemplateID != "" {
 		add("template_id = ?", f.TemplateID)
 	}

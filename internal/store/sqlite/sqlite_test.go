@@ -122,6 +122,10 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// …and the column migration 11 added.
+	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
 		t.Fatal(err)
 	}

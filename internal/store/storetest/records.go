@@ -23,6 +23,7 @@ func Record(i int) *record.Record {
 	r := &record.Record{
 		RequestID:        fmt.Sprintf("req-%06d", i),
 		LogicalRequestID: fmt.Sprintf("req-%06d", i),
+		ClientRequestID:  fmt.Sprintf("client-%d", i%3),
 		Attempt:          1,
 		TraceID:          fmt.Sprintf("%032x", i+1),
 		SpanID:           fmt.Sprintf("%016x", i+7),

@@ -208,6 +208,9 @@ func testFilter(t *testing.T, s store.Store) {
 		r.UserID, r.BizLine, r.Model, r.TraceID, r.TemplateID = user, biz, model, trace, tpl
 		r.Status, r.ErrorType = status, errType
 		r.Marks.LastToken, r.Marks.End = e2e-1, e2e
+		// A client may send one X-Request-Id with several requests: each
+		// is its own row, and the filter finds all of them.
+		r.ClientRequestID = map[string]string{"r1": "dup", "r3": "dup", "r4": "own"}[id]
 		return finished(r)
 	}
 	insert(t, s,
@@ -228,6 +231,7 @@ func testFilter(t *testing.T, s store.Store) {
 		{"model", store.Filter{Model: "m2"}, []string{"r4", "r2"}},
 		{"trace", store.Filter{TraceID: "t1"}, []string{"r4", "r1"}},
 		{"template", store.Filter{TemplateID: "tp1"}, []string{"r3", "r1"}},
+		{"client request id", store.Filter{ClientRequestID: "dup"}, []string{"r3", "r1"}},
 		{"status", store.Filter{Status: 200}, []string{"r4", "r1"}},
 		{"errors only", store.Filter{ErrorsOnly: true}, []string{"r5", "r3", "r2"}},
 		{"min e2e is inclusive", store.Filter{MinE2E: 2 * time.Second}, []string{"r3", "r2"}},
