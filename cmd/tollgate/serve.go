@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/fleet"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
@@ -398,7 +399,10 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// (replicas.redis.url), only the holder of a lease in Redis evaluates,
 	// over every replica's minutes read back from the shared store, and
 	// each notification is sent once fleet-wide (internal/fleet).
-	wcfg := window.Config{}
+	// One set of label bounds for the metrics and the windows, so both
+	// fold a client's invented values the same way.
+	labels := label.New(reg, cfg.LabelConfig())
+	wcfg := window.Config{Labels: labels}
 	if cfg.Replicas.Enabled() {
 		wcfg.Grace = fleetGrace
 	}
@@ -485,8 +489,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	stopOTLP := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
 	defer stopOTLP()
 
+	// The Record's observers after the ledger, in flow order: the
+	// alerting windows, then trace export (the gateway observes its own
+	// metrics first).
+	observers := []gateway.Observer{{Name: "windows", Observe: win.Observe}}
 	// Trace export: a span per request, to any OTLP backend, when set.
-	var export func(*record.Record)
 	if te := cfg.TraceExport; te.Endpoint != "" {
 		ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio},
 			log.With("component", "trace-export"))
@@ -494,7 +501,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 			stopWriter()
 			return err
 		}
-		export = ex.Export
+		observers = append(observers, gateway.Observer{Name: "trace_export", Observe: ex.Export})
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -519,15 +526,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 
 	// Gateway: the proxy, its metrics, and the writer as its sink.
-	var models []string
-	for _, u := range cfg.Upstreams {
-		models = append(models, u.Models...)
-	}
 	gw, err := gateway.New(gateway.Options{
 		Config:         cfg,
 		Log:            log.With("component", "gateway"),
-		Metrics:        metrics.New(reg, models, cfg.Metrics.MaxModels),
-		Sink:           func(r *record.Record) func(context.Context) error { win.Observe(r); return lg.sink(r) },
+		Metrics:        metrics.New(reg, labels),
+		Sink:           lg.sink,
 		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Event:          events.Send,
@@ -535,7 +538,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Limiter:        limiter,
 		Joiner:         joiner,
 		Amend:          lg.amend,
-		Export:         export,
+		Observers:      observers,
 		Registerer:     reg,
 		Capture:        captureSink,
 	})

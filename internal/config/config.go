@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/cost"
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
@@ -114,6 +115,28 @@ func (c *Config) QueueDir() string {
 
 // CostConfig is the price table's part of the configuration.
 func (c *Config) CostConfig() cost.Config { return cost.Config{Prices: c.Prices, GPUHours: c.GPUHours} }
+
+// LabelConfig is what bounds the metrics' and windows' dimensions: the
+// configured models and business lines (keys', priorities', quotas'),
+// and how many more each may learn.
+func (c *Config) LabelConfig() label.Config {
+	lc := label.Config{MaxModels: c.Metrics.MaxModels, MaxBizLines: c.Metrics.MaxBizLines, MaxTemplates: c.Metrics.MaxTemplates}
+	for _, u := range c.Upstreams {
+		lc.Models = append(lc.Models, u.Models...)
+	}
+	for _, k := range c.Auth.Keys {
+		if k.BizLine != "" {
+			lc.BizLines = append(lc.BizLines, k.BizLine)
+		}
+	}
+	for b := range c.Quotas.BizLines {
+		lc.BizLines = append(lc.BizLines, b)
+	}
+	for b := range c.Admission.Priorities.BizLines {
+		lc.BizLines = append(lc.BizLines, b)
+	}
+	return lc
+}
 
 // QuotaConfig returns the quotas with key names resolved to key ids and
 // the store's time zone as the default day boundary.
@@ -328,9 +351,14 @@ type Sampling struct {
 	TokenizerCheck float64 `yaml:"tokenizer_check"`
 }
 
-// Metrics bounds label cardinality.
+// Metrics bounds label cardinality: past these counts of learned values,
+// new ones fold into "other" (metrics and alerting windows; the ledger
+// keeps the real values). Configured models and business lines always
+// have their own value and do not count.
 type Metrics struct {
-	MaxModels int `yaml:"max_models"` // distinct model label values before folding into "other"
+	MaxModels    int `yaml:"max_models"`    // model names learned from traffic
+	MaxBizLines  int `yaml:"max_biz_lines"` // business lines learned from the header
+	MaxTemplates int `yaml:"max_templates"` // prompt template ids (alerting windows)
 }
 
 // Default returns the embedded defaults: the configuration `serve` runs on
@@ -373,7 +401,7 @@ func Default() *Config {
 		},
 		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
-		Metrics:       Metrics{MaxModels: 64},
+		Metrics:       Metrics{MaxModels: 64, MaxBizLines: 64, MaxTemplates: 256},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},
 		OTLP:          OTLP{HTTPListen: "127.0.0.1:4318", GRPCListen: "127.0.0.1:4317", JoinWindow: 2 * time.Minute},
 		EngineMetrics: EngineMetrics{Interval: 15 * time.Second},

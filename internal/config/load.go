@@ -408,6 +408,12 @@ func (c *Config) Validate() error {
 	if c.Metrics.MaxModels < 0 {
 		bad("metrics.max_models", "must not be negative")
 	}
+	if c.Metrics.MaxBizLines < 0 {
+		bad("metrics.max_biz_lines", "must not be negative")
+	}
+	if c.Metrics.MaxTemplates < 0 {
+		bad("metrics.max_templates", "must not be negative")
+	}
 	if _, err := time.LoadLocation(c.Store.Timezone); err != nil || c.Store.Timezone == "" || c.Store.Timezone == "Local" {
 		bad("store.timezone", "must be an IANA time zone such as UTC or Asia/Shanghai; got %q", c.Store.Timezone)
 	}

@@ -16,8 +16,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +66,11 @@ type Options struct {
 	// after the Record was handed on. Nil: no span join.
 	Joiner *otlp.Joiner
 	Amend  func(requestID string, et record.EngineTiming)
-	// Export receives every finished Record for trace export; it must not
-	// block. Nil: no export.
-	Export func(*record.Record)
+	// Observers receive every finished Record after the Sink, in order
+	// (the alerting windows, trace export): each must not block, and each
+	// runs isolated — a panic in one is logged and counted, and neither
+	// the Record's row nor the observers after it are lost to it.
+	Observers []Observer
 	// Registerer, when set, gets the gateway's own collectors: the
 	// upstream queues and slots (tollgate_gateway_queue_*,
 	// tollgate_gateway_slots_in_use).
@@ -107,7 +109,9 @@ type Gateway struct {
 	cache    *responseCache // nil when disabled
 	joiner   *otlp.Joiner
 	amend    func(string, record.EngineTiming)
-	export   func(*record.Record)
+	// observers run after the sink: the gateway's own metrics first, then
+	// Options.Observers.
+	observers []Observer
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	capture  *capturer       // nil unless capture.enabled
 	stop     chan struct{}
@@ -120,6 +124,11 @@ type tokenCheck struct {
 	ct   *tokenizer.Counter
 	body []byte
 }
+
+// TollgateRequestIDHeader carries tollgate's own id of the request (the
+// ledger's key, what `tollgate requests show` takes) on every response;
+// X-Request-Id echoes the client's id when it sent one.
+const TollgateRequestIDHeader = "X-Tollgate-Request-Id"
 
 // ErrShutdown is the cancellation cause main gives in-flight requests when
 // the shutdown grace period runs out.
@@ -146,11 +155,11 @@ func New(o Options) (*Gateway, error) {
 		prices:   o.Prices,
 		limiter:  o.Limiter,
 		joiner:   o.Joiner,
-		export:   o.Export,
 		amend:    o.Amend,
 		checks:   make(chan tokenCheck, 64),
 		stop:     make(chan struct{}),
 	}
+	g.observers = append([]Observer{{Name: "metrics", Observe: o.Metrics.Observe}}, o.Observers...)
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
@@ -232,46 +241,47 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	since := func() time.Duration { return max(time.Since(arrival), 1) }
 
 	h := g.cfg.Headers
-	id := r.Header.Get(h.RequestID)
-	if !validClientID(id) {
-		id = newRequestID()
-	}
+	// tollgate's own id is the ledger's key; the client's X-Request-Id is
+	// kept beside it and echoed, never trusted as a key (two clients may
+	// send the same one, and a reused id must not drop a request's row).
+	id := newRequestID()
 	rec.RequestID, rec.LogicalRequestID = id, id
+	if cid := r.Header.Get(h.RequestID); validClientID(cid) {
+		rec.ClientRequestID = cid
+	}
 	tc, ok := parseTraceparent(r.Header.Get("Traceparent"))
 	if !ok {
 		tc = newTrace()
 	}
 	rec.TraceID, rec.SpanID = tc.TraceID, tc.SpanID
-	w.Header().Set("X-Request-Id", id)
+	w.Header().Set("X-Request-Id", cmp.Or(rec.ClientRequestID, id))
+	w.Header().Set(TollgateRequestIDHeader, id)
 
 	ident, aerr := g.auth.identify(r)
 	rec.UserID, rec.KeyID, rec.Team = ident.UserID, ident.KeyID, ident.Team
 	// A key's own business line is authoritative for billing; the header
 	// only attributes requests whose key has none.
+	var herr [4]*apiError
 	rec.BizLine = ident.BizLine
 	if rec.BizLine == "" {
-		rec.BizLine = headerValue(r, h.BizLine, 64)
+		rec.BizLine, herr[0] = identHeader(r, h.BizLine)
 	}
-	rec.SessionID = headerValue(r, h.Session, 128)
-	rec.TemplateID = headerValue(r, h.Template, 128)
-	rec.Tags = parseTags(r.Header.Get(h.Tags))
+	rec.SessionID, herr[1] = identHeader(r, h.Session)
+	rec.TemplateID, herr[2] = identHeader(r, h.Template)
+	rec.Tags, herr[3] = parseTags(h.Tags, r.Header.Get(h.Tags))
 	rec.Marks.AuthDone = since()
+	if aerr == nil {
+		aerr = cmp.Or(herr[0], herr[1], herr[2], herr[3])
+	}
 	if aerr != nil {
 		g.reject(w, rec, aerr, since)
 		return
 	}
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.Limits.MaxRequestBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			g.reject(w, rec, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-				Message: "Request body is larger than the gateway's limit (limits.max_request_bytes)."}, since)
-			return
-		}
-		rec.ClientDisconnect = true
-		g.reject(w, rec, &apiError{Status: record.StatusClientClosed, Type: "invalid_request_error", Code: record.ErrClientDisconnect,
-			Message: "client closed the connection while sending the request"}, since)
+	body, aerr := g.readBody(w, r)
+	if aerr != nil {
+		rec.ClientDisconnect = aerr.Status == record.StatusClientClosed
+		g.reject(w, rec, aerr, since)
 		return
 	}
 	cr, aerr := parseRequest(body, endpoint, rec)
@@ -282,7 +292,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	cands := g.routes.candidates(rec.Model)
 	if len(cands) == 0 {
 		g.reject(w, rec, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
-			Message: "The model `" + rec.Model + "` does not exist or no upstream serves it."}, since)
+			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}, since)
 		return
 	}
 	var ck [32]byte
@@ -376,7 +386,7 @@ func (g *Gateway) answerFromCache(w http.ResponseWriter, rec *record.Record, e *
 // identity and input features; marks before the upstream are shared.
 func retryRecord(first *record.Record, i int) *record.Record {
 	n := &record.Record{
-		LogicalRequestID: first.LogicalRequestID, Attempt: i + 1, Retries: i,
+		LogicalRequestID: first.LogicalRequestID, ClientRequestID: first.ClientRequestID, Attempt: i + 1, Retries: i,
 		TraceID: first.TraceID, SpanID: newSpanID(),
 		UserID: first.UserID, KeyID: first.KeyID, Team: first.Team, BizLine: first.BizLine,
 		SessionID: first.SessionID, TemplateID: first.TemplateID, Tags: first.Tags,
@@ -408,7 +418,7 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 	switch e.Code {
 	case "invalid_api_key":
 		rec.ErrorType = record.ErrAuth
-	case "invalid_request", "request_too_large":
+	case "invalid_request", "request_too_large", "invalid_header":
 		rec.ErrorType = record.ErrInvalidRequest
 	}
 	rec.ErrorMessage = e.Message
@@ -416,24 +426,49 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 	g.finish(rec)
 }
 
-// finish derives the figures, decides sampling, and hands the Record on;
-// it returns the sink's durability wait (nil when there is none).
+// Observer is one consumer of finished Records after the ledger.
+type Observer struct {
+	Name    string // for the log and tollgate_observer_panics_total
+	Observe func(*record.Record)
+}
+
+// finish derives the figures, decides sampling, and hands the Record to
+// the ledger first, then to each observer; it returns the sink's
+// durability wait (nil when there is none). Every step is isolated: a
+// panic in one (a bad label value, a bug in a derivation) is logged and
+// counted, and the Record still reaches the ledger and the steps after.
 func (g *Gateway) finish(rec *record.Record) func(context.Context) error {
 	if rec.Usage.Source == "" {
 		rec.Usage.Source = record.SourceNone
 	}
-	g.joinEngine(rec)
-	rec.Finish()
-	g.rate(rec)
+	g.guard("derive", rec, func() {
+		g.joinEngine(rec)
+		rec.Finish()
+		g.rate(rec)
+	})
 	rec.Sampled = !rec.OK() || rec.Derived.E2E >= g.cfg.Sampling.Slow || g.sampleHit(rec.RequestID)
 	if !rec.Sampled {
 		rec.Timeline = nil
 	}
-	g.metrics.Observe(rec)
-	if g.export != nil {
-		g.export(rec)
+	var wait func(context.Context) error
+	g.guard("ledger", rec, func() { wait = g.sink(rec) })
+	for _, o := range g.observers {
+		g.guard(o.Name, rec, func() { o.Observe(rec) })
 	}
-	return g.sink(rec)
+	return wait
+}
+
+// guard runs one step of finish, turning a panic into a log line and a
+// count instead of a lost Record and a cut response.
+func (g *Gateway) guard(step string, rec *record.Record, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			g.metrics.ObserverPanic(step)
+			g.log.Error("a step of finishing a request panicked; the request's record goes on without it",
+				"step", step, "request_id", rec.RequestID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	f()
 }
 
 // joinEngine asks for vLLM's own span of this attempt (keyed by the trace
@@ -545,14 +580,6 @@ func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeModelList(w, g.routes.modelNames())
-}
-
-func headerValue(r *http.Request, name string, limit int) string {
-	v := r.Header.Get(name)
-	if len(v) > limit {
-		v = v[:limit]
-	}
-	return strings.TrimSpace(v)
 }
 
 // isDialError reports a failure to connect: safe to retry elsewhere, since

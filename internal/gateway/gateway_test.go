@@ -98,8 +98,8 @@ func TestTraceparentContinued(t *testing.T) {
 	if want := "00-" + tid + "-" + r.SpanID + "-01"; h.Get("Traceparent") != want {
 		t.Errorf("upstream traceparent = %q, want %q (gateway span as parent)", h.Get("Traceparent"), want)
 	}
-	if r.RequestID != "client-id-1" || resp.Header.Get("X-Request-Id") != "client-id-1" {
-		t.Errorf("client request id not kept: record %q, echoed %q", r.RequestID, resp.Header.Get("X-Request-Id"))
+	if r.ClientRequestID != "client-id-1" || resp.Header.Get("X-Request-Id") != "client-id-1" {
+		t.Errorf("client request id not kept: record %q, echoed %q", r.ClientRequestID, resp.Header.Get("X-Request-Id"))
 	}
 }
 

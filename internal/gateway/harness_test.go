@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -44,14 +45,10 @@ func newTestGatewayWith(t testing.TB, cfg *config.Config, with func(*Options)) *
 	}
 	reg := prometheus.NewRegistry()
 	tg := &testGateway{Records: make(chan *record.Record, 1024), Reg: reg, Events: make(chan store.Event, 64)}
-	var names []string
-	for _, u := range cfg.Upstreams {
-		names = append(names, u.Models...)
-	}
 	o := Options{
 		Config:  cfg,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: metrics.New(reg, names, cfg.Metrics.MaxModels),
+		Metrics: metrics.New(reg, label.New(reg, cfg.LabelConfig())),
 		Sink:    func(r *record.Record) func(context.Context) error { tg.Records <- r; return nil },
 		Event:   func(e store.Event) { tg.Events <- e },
 	}
@@ -263,7 +260,7 @@ func mustJSON(t testing.TB, v any) string {
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newBenchMetrics() *metrics.Metrics {
-	return metrics.New(prometheus.NewRegistry(), []string{"m"}, 8)
+	return metrics.New(prometheus.NewRegistry(), label.New(nil, label.Config{Models: []string{"m"}, MaxModels: 8}))
 }
 
 // waitCounter waits until the model's tokenizer is loaded (it loads in the

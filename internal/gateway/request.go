@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -111,6 +113,10 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 	}
 	if cr.Model == "" {
 		return nil, badRequest("model", "you must provide a model parameter")
+	}
+	if len(cr.Model) > MaxIdentifier {
+		rec.Model = boundedPrefix(cr.Model, MaxIdentifier)
+		return nil, badRequest("model", fmt.Sprintf("'model' is %d bytes long; the limit is %d (it starts %q)", len(cr.Model), MaxIdentifier, echo(cr.Model)))
 	}
 	rec.Model = cr.Model
 	rec.Stream = cr.Stream != nil && *cr.Stream
@@ -303,21 +309,89 @@ func validClientID(s string) bool {
 	return true
 }
 
-// parseTags reads "k=v,k2=v2", bounded in count and size.
-func parseTags(v string) map[string]string {
+// MaxIdentifier bounds, in bytes, every identifier a client chooses that
+// the ledger keeps (model, business line, session, template, tag values):
+// longer ones are refused, so a client cannot make the ledger, the
+// windows or an error message carry megabytes per request.
+const MaxIdentifier = 256
+
+// Tag bounds: a tag header holds at most maxTags pairs, keys at most
+// maxTagKey bytes.
+const maxTags, maxTagKey = 16, 64
+
+// identHeader reads a header that names something the ledger keeps. A
+// value that is not UTF-8 or longer than MaxIdentifier is refused with a
+// 400 naming the header; the value returned with the error is a bounded,
+// valid prefix, kept in the refused request's row. (A plain cut at a byte
+// count could split a character, and an invalid string makes Prometheus
+// panic when it becomes a label.)
+func identHeader(r *http.Request, name string) (string, *apiError) {
+	v := strings.TrimSpace(r.Header.Get(name))
+	if !utf8.ValidString(v) {
+		return boundedPrefix(v, MaxIdentifier), badHeader(name, "is not valid UTF-8")
+	}
+	if len(v) > MaxIdentifier {
+		return boundedPrefix(v, MaxIdentifier), badHeader(name, fmt.Sprintf("is %d bytes long; the limit is %d", len(v), MaxIdentifier))
+	}
+	return v, nil
+}
+
+func badHeader(name, what string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header",
+		Message: "Header " + name + " " + what + "."}
+}
+
+// boundedPrefix is s made valid UTF-8 and cut to at most n bytes on a
+// character boundary.
+func boundedPrefix(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// echo is what an error message may quote of a client's value: a short
+// valid prefix, so a 4 MiB model name is not sent back whole.
+func echo(s string) string {
+	const n = 64
+	if len(s) <= n && utf8.ValidString(s) {
+		return s
+	}
+	return boundedPrefix(s, n) + "…"
+}
+
+// parseTags reads "k=v,k2=v2". More than maxTags pairs, a key longer than
+// maxTagKey or a value longer than MaxIdentifier is refused naming the
+// header, as is a header that is not UTF-8; the tags returned with the
+// error are the ones that fit.
+func parseTags(name, v string) (map[string]string, *apiError) {
 	if v == "" {
-		return nil
+		return nil, nil
+	}
+	var bad *apiError
+	if !utf8.ValidString(v) {
+		v, bad = strings.ToValidUTF8(v, "\uFFFD"), badHeader(name, "is not valid UTF-8")
 	}
 	tags := map[string]string{}
 	for part := range strings.SplitSeq(v, ",") {
 		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
-		if k == "" || len(k) > 64 || len(val) > 128 {
+		switch {
+		case k == "":
+			continue
+		case len(tags) == maxTags:
+			return tags, cmp.Or(bad, badHeader(name, fmt.Sprintf("has more than %d tags", maxTags)))
+		case len(k) > maxTagKey:
+			bad = cmp.Or(bad, badHeader(name, fmt.Sprintf("has a key of %d bytes; the limit is %d", len(k), maxTagKey)))
+			continue
+		case len(val) > MaxIdentifier:
+			bad = cmp.Or(bad, badHeader(name, fmt.Sprintf("has a value of %d bytes; the limit is %d", len(val), MaxIdentifier)))
 			continue
 		}
 		tags[k] = val
-		if len(tags) == 16 {
-			break
-		}
 	}
-	return tags
+	return tags, bad
 }

@@ -184,8 +184,9 @@ var skipResponseHeaders = map[string]bool{
 }
 
 func copyHeaders(dst, src http.Header) {
+	named := connectionHeaders(src)
 	for k, vs := range src {
-		if skipResponseHeaders[k] {
+		if skipResponseHeaders[k] || named[k] {
 			continue
 		}
 		dst[k] = vs
@@ -194,19 +195,40 @@ func copyHeaders(dst, src http.Header) {
 
 // Request headers not forwarded upstream: hop-by-hop, credentials (set by
 // setUpstreamAuth), the body framing, and compression (the tap needs
-// plain bytes).
+// plain bytes; a gzip body was decompressed by readBody). Headers the
+// Connection header names are hop-by-hop too (RFC 9110 §7.6.1), whatever
+// their name: connectionHeaders.
 var skipRequestHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Authorization": true,
-	"X-Api-Key": true, "Api-Key": true, "Accept-Encoding": true, "Traceparent": true, "Tracestate": true,
+	"X-Api-Key": true, "Api-Key": true, "Accept-Encoding": true, "Content-Encoding": true, "Traceparent": true, "Tracestate": true,
 	"Host": true, "Proxy-Authorization": true,
 }
 
 func copyRequestHeaders(dst, src http.Header) {
+	named := connectionHeaders(src)
 	for k, vs := range src {
-		if skipRequestHeaders[k] {
+		if skipRequestHeaders[k] || named[k] {
 			continue
 		}
 		dst[k] = vs
 	}
+}
+
+// connectionHeaders are the headers h's Connection header names, in
+// canonical form: they belong to this hop only. Nil when there are none
+// (the usual case, no allocation).
+func connectionHeaders(h http.Header) map[string]bool {
+	var named map[string]bool
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				if named == nil {
+					named = map[string]bool{}
+				}
+				named[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
+	return named
 }

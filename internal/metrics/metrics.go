@@ -4,17 +4,18 @@
 // conventions in Prometheus form where they exist (gen_ai_*), tollgate_*
 // otherwise; docs/metrics.md is the one place that defines them.
 //
-// Labels are bounded by construction: model names outside a fixed-size
-// learned set fold into "other", and no user, key or prompt is ever a label.
+// Labels are bounded by construction: model, business line and finish
+// reason go through internal/label's bounded sets (values past a bound
+// fold into "other"), and no user, key or prompt is ever a label.
 package metrics
 
 import (
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
@@ -27,7 +28,7 @@ var (
 )
 
 // OtherModel is the label value for models outside the learned set.
-const OtherModel = "other"
+const OtherModel = label.Other
 
 // Metrics holds tollgate's request-level collectors.
 type Metrics struct {
@@ -44,14 +45,18 @@ type Metrics struct {
 	commitTO   prometheus.Counter
 	tokChecks  *prometheus.CounterVec
 	tokMiss    *prometheus.CounterVec
+	panics     *prometheus.CounterVec
 
-	models *modelSet
+	labels *label.Bounds
 }
 
-// New registers the collectors on reg. known are model names always given
-// their own label (the configured ones); up to maxModels more are learned
-// from successful responses before new names fold into "other".
-func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
+// New registers the collectors on reg. lb bounds the label values (shared
+// with the alerting windows); nil gives default bounds with no configured
+// values.
+func New(reg prometheus.Registerer, lb *label.Bounds) *Metrics {
+	if lb == nil {
+		lb = label.New(nil, label.Config{MaxModels: 64, MaxBizLines: 64})
+	}
 	base := []string{"model", "upstream", "biz_line"}
 	withStatus := append(append([]string{}, base...), "status")
 	m := &Metrics{
@@ -113,10 +118,14 @@ func New(reg prometheus.Registerer, known []string, maxModels int) *Metrics {
 			Name: "tollgate_tokenizer_mismatch_total",
 			Help: "Sampled comparisons that differ beyond tolerance: the tokenizer, the chat template or the model version changed.",
 		}, []string{"model"}),
-		models: newModelSet(known, maxModels),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_observer_panics_total",
+			Help: "Panics caught while finishing a request, by step (derive, ledger, metrics, windows, trace_export): the Record went on to the ledger and the other steps; the log has the stack.",
+		}, []string{"step"}),
+		labels: lb,
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.phases, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.phases, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss, m.panics)
 	}
 	return m
 }
@@ -126,11 +135,18 @@ func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
 
 // Observe records one finished Record.
 func (m *Metrics) Observe(r *record.Record) {
-	model := m.models.label(r.Model, r.OK())
-	biz := r.BizLine
+	// Names are learned only from successful responses, so a client
+	// inventing models or business lines on refused requests cannot fill
+	// the sets.
+	model := m.labels.Model.Value(r.Model, r.OK())
+	if model == "" {
+		model = OtherModel
+	}
+	biz := m.labels.BizLine.Value(r.BizLine, r.OK())
 	if biz == "" {
 		biz = "none"
 	}
+	finish := m.labels.FinishReason.Value(r.FinishReason, false)
 	up := r.Upstream
 	if up == "" {
 		up = "none"
@@ -139,7 +155,7 @@ func (m *Metrics) Observe(r *record.Record) {
 	d := r.Derived
 
 	m.duration.WithLabelValues(model, up, biz, status).Observe(d.E2E.Seconds())
-	m.requests.WithLabelValues(model, up, biz, status, r.ErrorType, r.FinishReason).Inc()
+	m.requests.WithLabelValues(model, up, biz, status, r.ErrorType, finish).Inc()
 
 	u := r.Usage
 	if u.InputTokens > 0 {
@@ -180,6 +196,12 @@ func (m *Metrics) Observe(r *record.Record) {
 	}
 }
 
+// ObserverPanic counts a panic caught in one step of finishing a request.
+func (m *Metrics) ObserverPanic(step string) { m.panics.WithLabelValues(step).Inc() }
+
+// PanicsOf is the panic counter of one step (for tests).
+func (m *Metrics) PanicsOf(step string) prometheus.Counter { return m.panics.WithLabelValues(step) }
+
 // CommitTimeout counts a durability wait that timed out.
 func (m *Metrics) CommitTimeout() { m.commitTO.Inc() }
 
@@ -188,56 +210,11 @@ func (m *Metrics) QuotaError() { m.quotaErrs.Inc() }
 
 // TokenizerCheck counts one sampled comparison of prompt counts.
 func (m *Metrics) TokenizerCheck(model string, mismatch bool) {
-	label := m.models.label(model, true)
-	m.tokChecks.WithLabelValues(label).Inc()
+	l := m.labels.Model.Value(model, true)
+	m.tokChecks.WithLabelValues(l).Inc()
 	if mismatch {
-		m.tokMiss.WithLabelValues(label).Inc()
+		m.tokMiss.WithLabelValues(l).Inc()
 	}
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
-
-// modelSet bounds the model label. Configured names always pass; other
-// names are learned only from successful responses (so a client inventing
-// names cannot blow up cardinality) and only up to a limit.
-type modelSet struct {
-	mu    sync.RWMutex
-	names map[string]struct{}
-	limit int
-}
-
-func newModelSet(known []string, extra int) *modelSet {
-	s := &modelSet{names: make(map[string]struct{}, len(known)), limit: len(known) + extra}
-	for _, k := range known {
-		s.names[k] = struct{}{}
-	}
-	if len(s.names) > s.limit {
-		s.limit = len(s.names)
-	}
-	return s
-}
-
-func (s *modelSet) label(model string, ok bool) string {
-	if model == "" {
-		return OtherModel
-	}
-	s.mu.RLock()
-	_, found := s.names[model]
-	s.mu.RUnlock()
-	if found {
-		return model
-	}
-	if !ok {
-		return OtherModel
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, found := s.names[model]; found {
-		return model
-	}
-	if len(s.names) >= s.limit {
-		return OtherModel
-	}
-	s.names[model] = struct{}{}
-	return model
-}

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/memnet"
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -114,7 +115,7 @@ func newEnv(t *testing.T, s setup) *env {
 	o := gateway.Options{
 		Config:  cfg,
 		Log:     slog.New(slog.DiscardHandler),
-		Metrics: metrics.New(prometheus.NewRegistry(), []string{model}, cfg.Metrics.MaxModels),
+		Metrics: metrics.New(prometheus.NewRegistry(), label.New(nil, label.Config{Models: []string{model}, MaxModels: cfg.Metrics.MaxModels})),
 		Sink:    func(r *record.Record) func(context.Context) error { win.Observe(r); return nil },
 		Dial:    e.net.DialContext,
 	}

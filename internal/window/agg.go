@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
@@ -38,6 +39,10 @@ type Config struct {
 	// it are persisted merged as well: of an earlier hour this process
 	// holds part only.
 	From time.Time
+	// Labels bounds the keys' client-influenced parts (model, business
+	// line, template) as the metrics do, so a client inventing values
+	// cannot grow the windows without end. Nil: keys as recorded.
+	Labels *label.Bounds
 }
 
 // Aggregator sums finished requests into per-minute Stats.
@@ -107,6 +112,11 @@ func (a *Aggregator) Add(r *record.Record) {
 	end := r.Arrival.Add(r.Derived.E2E)
 	m := Minute(end).Unix()
 	k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
+	if lb := a.cfg.Labels; lb != nil {
+		k.Model = lb.Model.Value(k.Model, r.OK())
+		k.BizLine = lb.BizLine.Value(k.BizLine, r.OK())
+		k.Template = lb.Template.Value(k.Template, r.OK())
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.flushed[m] {

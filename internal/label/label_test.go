@@ -1,0 +1,55 @@
+package label
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestSetBounded(t *testing.T) {
+	folded := prometheus.NewCounter(prometheus.CounterOpts{Name: "f"})
+	s := NewSet([]string{"configured"}, 2, folded)
+	if got := s.Value("configured", false); got != "configured" {
+		t.Errorf("configured value = %q", got)
+	}
+	// Failed requests never teach a name: a client inventing names cannot
+	// grow the set.
+	if got := s.Value("invented", false); got != Other {
+		t.Errorf("unknown value without learning = %q, want other", got)
+	}
+	if s.Value("a", true) != "a" || s.Value("b", true) != "b" {
+		t.Error("learned names not kept")
+	}
+	if got := s.Value("c", true); got != Other {
+		t.Errorf("beyond the limit: %q, want other", got)
+	}
+	if s.Value("a", false) != "a" {
+		t.Error("a learned name folds on a later failure")
+	}
+	if got := s.Value("\xe4\xb8", true); got != Other {
+		t.Errorf("invalid UTF-8 = %q, want other", got)
+	}
+	if got := testutil.ToFloat64(folded); got != 3 {
+		t.Errorf("folded = %v, want 3", got)
+	}
+}
+
+// TestBoundsAfterManyValues: 5,000 invented business lines end as the
+// bound plus "other", and every fold is counted.
+func TestBoundsAfterManyValues(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	b := New(reg, Config{BizLines: []string{"search"}, MaxBizLines: 64})
+	seen := map[string]bool{}
+	for i := range 5000 {
+		seen[b.BizLine.Value("biz-"+strconv.Itoa(i), true)] = true
+	}
+	seen[b.BizLine.Value("search", false)] = true
+	if len(seen) != 66 {
+		t.Fatalf("%d distinct values, want 64 learned + search + other", len(seen))
+	}
+	if got := testutil.ToFloat64(b.BizLine.folded); got != 5000-64 {
+		t.Fatalf("folded = %v, want %d", got, 5000-64)
+	}
+}
