@@ -112,10 +112,10 @@ type Gateway struct {
 	// observers run after the sink: the gateway's own metrics first, then
 	// Options.Observers.
 	observers []Observer
-	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
-	capture  *capturer       // nil unless capture.enabled
-	stop     chan struct{}
-	stopOnce sync.Once
+	checks    chan tokenCheck // bounded: checks are dropped, never queued without end
+	capture   *capturer       // nil unless capture.enabled
+	stop      chan struct{}
+	stopOnce  sync.Once
 }
 
 // tokenCheck is one sampled comparison, done off the request path.
