@@ -176,7 +176,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	err = s.connect(first)
 	cancel()
 	if err != nil {
-		log.Warn("ClickHouse does not answer: the store connects in the background; until then its calls fail (the ledger's records wait in the write-ahead queue)",
+		log.Warn("ClickHouse does not answer: connecting in the background; until then every call of the store fails",
 			"url", base.Redacted(), "database", cfg.Database, "err", err)
 		// Not ctx: the attempts outlive Open's caller, until Close.
 		cctx, stop := context.WithCancel(context.Background())
