@@ -361,12 +361,23 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Store: the ledger (SQLite or ClickHouse), and the durable queue in
-	// front of it, local in both cases.
-	st, err := openStore(ctx, cfg, log.With("component", "store"))
+	// front of it, local in both cases. A ClickHouse that does not answer
+	// does not stop the start: the store connects in the background and
+	// the queue keeps the Records until it has (/readyz and
+	// tollgate_store_connected say so).
+	st, err := openServeStore(ctx, cfg, log.With("component", "store"))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_store_connected",
+		Help: "1 once the store has been reached and its schema checked; 0 while serve, started with ClickHouse unreachable, keeps connecting (finished requests wait in the write-ahead queue)."},
+		func() float64 {
+			if storeConnected(st) != nil {
+				return 0
+			}
+			return 1
+		}))
 	var lg *ledger
 	if cfg.Store.Durability == "off" {
 		// Benchmarks only (bench overhead's arm B0): Records are built and
@@ -533,6 +544,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Sink:           lg.sink,
 		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Ready:          storeReady(cfg, st),
 		Event:          events.Send,
 		Prices:         prices,
 		Limiter:        limiter,
@@ -656,6 +668,33 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	stopWriter()
 	log.Info("stopped")
 	return nil
+}
+
+// storeReady is serve's /readyz check: the store's state as a detail
+// line, never an error. A store not connected yet (ClickHouse down when
+// serve started) leaves the replica ready: it serves and keeps the
+// Records in its write-ahead queue, and ClickHouse is shared by the
+// fleet, so answering 503 would take every replica out of the load
+// balancer at once and turn a ledger outage into an inference outage
+// (docs/operations.md, "ClickHouse down at start").
+func storeReady(cfg *config.Config, st store.Store) func() ([]string, error) {
+	backend := cfg.Store.Backend
+	if backend == "" {
+		backend = "sqlite"
+	}
+	wait := "the write-ahead queue"
+	switch cfg.Store.Durability {
+	case "memory":
+		wait = "memory (store.durability: memory)"
+	case "off":
+		wait = "nowhere (store.durability: off)"
+	}
+	return func() ([]string, error) {
+		if err := storeConnected(st); err != nil {
+			return []string{err.Error() + "; finished requests wait in " + wait + " until it connects"}, nil
+		}
+		return []string{"store connected: " + backend}, nil
+	}
 }
 
 // activeAlerts is what /api/v1/alerts lists: the engine's alerts on a

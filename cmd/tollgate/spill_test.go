@@ -184,23 +184,7 @@ func TestSpillClickHouseDown(t *testing.T) {
 	ch := chtest.Dedicated(t)
 	db := chtest.Database()
 	up := startSimServer(t, sim.Config{DecodeBase: 2 * time.Millisecond})
-	dir := t.TempDir()
-	addr := freePort(t)
-	cfgPath := filepath.Join(dir, "tollgate.yml")
-	yml := fmt.Sprintf(`listen: %s
-shutdown_grace: 20s
-log: {level: warn}
-store:
-  backend: clickhouse
-  clickhouse: {url: %q, database: %s, timeout: 5s}
-  sqlite: {path: %s}
-  queue: {dir: %s, commit_timeout: 60s}
-upstreams:
-  - {name: sim, url: %q, engine: vllm}
-`, addr, ch.URL, db, filepath.Join(dir, "unused.db"), filepath.Join(dir, "queue"), up)
-	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, addr := clickHouseCrashConfig(t, ch.URL, db, up)
 
 	g := startGateway(t, cfgPath, addr)
 	stop := make(chan struct{})
@@ -264,6 +248,30 @@ upstreams:
 	if _, err := chtest.Exec(context.Background(), ch.URL, "DROP DATABASE IF EXISTS "+db); err != nil {
 		t.Errorf("drop %s: %v", db, err)
 	}
+}
+
+// clickHouseCrashConfig is crashConfig on ClickHouse: the server at chURL,
+// database db, a queue of the test's own.
+func clickHouseCrashConfig(t *testing.T, chURL, db, upstream string) (cfgPath, addr string) {
+	t.Helper()
+	dir := t.TempDir()
+	addr = freePort(t)
+	cfgPath = filepath.Join(dir, "tollgate.yml")
+	yml := fmt.Sprintf(`listen: %s
+shutdown_grace: 20s
+log: {level: warn}
+store:
+  backend: clickhouse
+  clickhouse: {url: %q, database: %s, timeout: 5s}
+  sqlite: {path: %s}
+  queue: {dir: %s, commit_timeout: 60s}
+upstreams:
+  - {name: sim, url: %q, engine: vllm}
+`, addr, chURL, db, filepath.Join(dir, "unused.db"), filepath.Join(dir, "queue"), upstream)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, addr
 }
 
 // tmpfs mounts a file system of size bytes on a new directory, unmounted

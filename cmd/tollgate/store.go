@@ -23,26 +23,54 @@ type ledgerStore interface {
 }
 
 // openStore opens the store that store.backend names, with store.timezone
-// as its report time zone.
+// as its report time zone. A ClickHouse server that does not answer fails
+// it: what a command that reads the ledger wants.
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
-	return openStoreIn(ctx, cfg, cfg.Location(), log)
+	return openStoreIn(ctx, cfg, cfg.Location(), false, log)
 }
 
-// openStoreIn is openStore with loc as the report time zone (a CLI --tz).
-// ClickHouse's rollup zone stays store.timezone whatever loc is: the
-// rollups are shared by the fleet, and a one-off report on an empty
-// database must not fix the zone they are cut in.
-func openStoreIn(ctx context.Context, cfg *config.Config, loc *time.Location, log *slog.Logger) (ledgerStore, error) {
+// openServeStore is openStore for serve: a ClickHouse server that does not
+// answer does not stop serve from starting. The store connects in the
+// background (its calls fail with store.ErrNotConnected until then) and
+// the write-ahead queue keeps the Records meanwhile.
+func openServeStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
+	return openStoreIn(ctx, cfg, cfg.Location(), true, log)
+}
+
+// connector is a store that may connect after it was opened (ClickHouse
+// opened by serve during an outage): Connected is nil once it has.
+type connector interface {
+	Connected() error
+}
+
+// storeConnected is nil when st is connected: always for a store that
+// connects at open (SQLite).
+func storeConnected(st store.Store) error {
+	if c, ok := st.(connector); ok {
+		return c.Connected()
+	}
+	return nil
+}
+
+// openStoreIn is openStore with loc as the report time zone (a CLI --tz),
+// and with background, ClickHouse connecting in the background when its
+// server does not answer. ClickHouse's rollup zone stays store.timezone
+// whatever loc is: the rollups are shared by the fleet, and a one-off
+// report on an empty database must not fix the zone they are cut in.
+func openStoreIn(ctx context.Context, cfg *config.Config, loc *time.Location, background bool, log *slog.Logger) (ledgerStore, error) {
 	switch cfg.Store.Backend {
 	case "clickhouse":
 		ch := cfg.Store.ClickHouse
 		st, err := clickhouse.Open(ctx, clickhouse.Config{HTTP: ch.URL, Database: ch.Database, Timeout: ch.Timeout,
-			Location: loc, RollupZone: cfg.Location()}, log)
+			Location: loc, RollupZone: cfg.Location(), Background: background}, log)
 		if err != nil {
 			return nil, err
 		}
-		v := st.Version()
-		log.Info("store: ClickHouse; reports read its hourly rollups", "url", redactedURL(ch.URL), "database", ch.Database, "server_version", v.String(),
+		v := "not connected yet" // Open has logged why
+		if st.Connected() == nil {
+			v = st.Version().String()
+		}
+		log.Info("store: ClickHouse; reports read its hourly rollups", "url", redactedURL(ch.URL), "database", ch.Database, "server_version", v,
 			"batch_size", cfg.Store.BatchSize, "flush_interval", cfg.Store.FlushInterval, "queue", cfg.QueueDir())
 		return st, nil
 	case "", "sqlite":
@@ -120,7 +148,7 @@ func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool)
 		return nil, fmt.Errorf("--db names a SQLite ledger, but %s uses store.backend %s: give one of --db and --config", l.config, cfg.Store.Backend)
 	}
 	// loc is the report zone only: store.timezone stays the rollup zone.
-	return openStoreIn(ctx, cfg, loc, quiet)
+	return openStoreIn(ctx, cfg, loc, false, quiet)
 }
 
 func openSQLite(ctx context.Context, path string, loc *time.Location, create bool, hint string) (ledgerStore, error) {

@@ -249,7 +249,9 @@ type SQLite struct {
 // few, large inserts.
 type ClickHouse struct {
 	// URL is the server's HTTP interface, e.g. http://127.0.0.1:8123;
-	// user and password, if any, go in its userinfo.
+	// user and password, if any, go in its userinfo. serve starts when
+	// the server does not answer and connects to it later; the commands
+	// that read the ledger fail.
 	URL string `yaml:"url"`
 	// Database holds the tables; created if missing. Default "tollgate".
 	Database string `yaml:"database"`

@@ -398,3 +398,45 @@ func TestHealthAndReady(t *testing.T) {
 		t.Errorf("unknown path: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestReadyDetail: /readyz answers 200 with the detail lines of a
+// dependency that is degraded but not failing (a store not connected
+// while the queue keeps its Records), 503 with them when Ready fails, and
+// 503 "draining" once Drain is called.
+func TestReadyDetail(t *testing.T) {
+	var (
+		detail []string
+		fail   error
+	)
+	tg := newTestGatewayWith(t, testConfig("http://127.0.0.1:9/v1"), func(o *Options) {
+		o.Ready = func() ([]string, error) { return detail, fail }
+	})
+	for _, tc := range []struct {
+		detail     []string
+		fail       error
+		wantStatus int
+		wantBody   string
+	}{
+		{nil, nil, 200, "ready\n"},
+		{[]string{"store: clickhouse not connected: down"}, nil, 200, "ready\nstore: clickhouse not connected: down\n"},
+		{[]string{"store: clickhouse connected"}, errors.New("queue full"), 503, "not ready: queue full\nstore: clickhouse connected\n"},
+	} {
+		detail, fail = tc.detail, tc.fail
+		resp, err := http.Get(tg.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, resp); resp.StatusCode != tc.wantStatus || string(b) != tc.wantBody {
+			t.Errorf("Ready() = %q, %v: /readyz answered %d %q, want %d %q", tc.detail, tc.fail, resp.StatusCode, b, tc.wantStatus, tc.wantBody)
+		}
+	}
+	detail, fail = nil, nil
+	tg.G.Drain()
+	resp, err := http.Get(tg.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readAll(t, resp); resp.StatusCode != 503 || string(b) != "draining\n" {
+		t.Errorf("draining: /readyz answered %d %q", resp.StatusCode, b)
+	}
+}

@@ -52,8 +52,12 @@ type Options struct {
 	CommitTimeout time.Duration
 	// MetricsHandler serves /metrics.
 	MetricsHandler http.Handler
-	// Ready reports whether dependencies (the store) are healthy, for /readyz.
-	Ready func() error
+	// Ready reports on dependencies (the store) for /readyz: an error
+	// answers 503, which takes the replica out of the load balancer;
+	// detail lines go in the body either way (a store not connected yet
+	// while the write-ahead queue keeps its Records is detail, not an
+	// error: see docs/operations.md). Nil: ready.
+	Ready func() (detail []string, err error)
 	// Event receives events worth a person's attention (a tokenizer
 	// mismatch); it must not block. Nil drops them.
 	Event func(store.Event)
@@ -98,7 +102,7 @@ type Gateway struct {
 	routes   *router
 	prio     *priorities
 	mux      *http.ServeMux
-	ready    func() error
+	ready    func() ([]string, error)
 	draining atomic.Bool
 	sampleN  uint32 // normal requests kept per 10,000
 	checkN   uint32 // tokenizer checks per 10,000 requests
@@ -221,13 +225,20 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
 	}
+	status, body := http.StatusOK, "ready\n"
 	if g.ready != nil {
-		if err := g.ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		detail, err := g.ready()
+		if err != nil {
+			status, body = http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n"
+		}
+		for _, d := range detail {
+			body += d + "\n"
 		}
 	}
-	_, _ = io.WriteString(w, "ready\n")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
 }
 
 // handleInference serves chat, completions and embeddings: one logical

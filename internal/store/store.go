@@ -9,6 +9,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -87,3 +88,10 @@ var ErrNotFound = errNotFound{}
 type errNotFound struct{}
 
 func (errNotFound) Error() string { return "request not found" }
+
+// ErrNotConnected is wrapped by the errors of a store that has not reached
+// its server yet: ClickHouse opened by serve during an outage, which
+// connects in the background (the ledger's Records wait in the
+// write-ahead queue meanwhile). A caller may retry later; the API answers
+// 503.
+var ErrNotConnected = errors.New("store not connected")

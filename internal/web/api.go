@@ -150,6 +150,21 @@ func writeErr(w http.ResponseWriter, status int, code, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
+// storeErr answers a failed store call: 503 store_not_connected while the
+// store has not reached its server yet (serve started during a ClickHouse
+// outage and keeps connecting: retry later), else 500 store_error with
+// msg, the error logged as op.
+func (a *API) storeErr(w http.ResponseWriter, err error, op, msg string) {
+	if errors.Is(err, store.ErrNotConnected) {
+		w.Header().Set("Retry-After", "10")
+		writeErr(w, http.StatusServiceUnavailable, "store_not_connected",
+			"the store is not connected yet: this gateway started while it was unreachable and keeps trying (finished requests wait in its queue); retry later")
+		return
+	}
+	a.o.Log.Error(op, "err", err)
+	writeErr(w, http.StatusInternalServerError, "store_error", msg)
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
@@ -188,6 +203,10 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 		format = "json"
 	}
 	res, err := report.Run(r.Context(), a.o.Store, r.PathValue("kind"), rq)
+	if errors.Is(err, store.ErrNotConnected) {
+		a.storeErr(w, err, "report", "")
+		return
+	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "bad_report", err.Error())
 		return
@@ -224,8 +243,7 @@ func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, err := a.o.Store.Requests(r.Context(), f)
 	if err != nil {
-		a.o.Log.Error("list requests", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the ledger")
+		a.storeErr(w, err, "list requests", "could not read the ledger")
 		return
 	}
 	writeJSON(w, map[string]any{"requests": recs})
@@ -270,8 +288,7 @@ func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		writeErr(w, http.StatusNotFound, "not_found", "no request "+strconv.Quote(r.PathValue("id")))
 	case err != nil:
-		a.o.Log.Error("get request", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the ledger")
+		a.storeErr(w, err, "get request", "could not read the ledger")
 	default:
 		writeJSON(w, map[string]any{"attempts": recs})
 	}
@@ -290,7 +307,7 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, err := a.o.Store.Events(r.Context(), since, q.Get("kind"), 500)
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read events")
+		a.storeErr(w, err, "list events", "could not read events")
 		return
 	}
 	type ev struct {
@@ -322,7 +339,7 @@ func (a *API) engineSamples(w http.ResponseWriter, r *http.Request) {
 	}
 	ss, err := a.o.Store.EngineSamples(r.Context(), from, to, q.Get("upstream"))
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read engine samples")
+		a.storeErr(w, err, "engine samples", "could not read engine samples")
 		return
 	}
 	// JSON has no NaN: an unknown value is null.
@@ -370,8 +387,7 @@ func (a *API) listAlerts(w http.ResponseWriter, r *http.Request) {
 	}
 	history, err := a.o.Store.Events(r.Context(), since, alert.EventKind, 500)
 	if err != nil {
-		a.o.Log.Error("list alerts", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the alert history")
+		a.storeErr(w, err, "list alerts", "could not read the alert history")
 		return
 	}
 	out := map[string]any{"active": []alert.Alert{}, "history": history, "notifiers": []notify.Status{}}

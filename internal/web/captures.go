@@ -86,8 +86,7 @@ func (a *API) listCaptures(w http.ResponseWriter, r *http.Request) {
 	}
 	cs, err := a.o.Captures.Captures(r.Context(), f)
 	if err != nil {
-		a.o.Log.Error("list captures", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the captures")
+		a.storeErr(w, err, "list captures", "could not read the captures")
 		return
 	}
 	out := make([]captureView, 0, len(cs))
@@ -108,8 +107,7 @@ func (a *API) getCapture(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		writeErr(w, http.StatusNotFound, "not_found", "no capture of request "+strconv.Quote(r.PathValue("id")))
 	case err != nil:
-		a.o.Log.Error("get capture", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the captures")
+		a.storeErr(w, err, "get capture", "could not read the captures")
 	default:
 		writeJSON(w, viewCapture(c, true))
 	}

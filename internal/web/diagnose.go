@@ -37,8 +37,7 @@ func (a *API) diagnose(w http.ResponseWriter, r *http.Request) {
 	}
 	results, err := report.Diagnose(r.Context(), a.o.Store, from, to, store.Filter{Model: q.Get("model"), BizLine: q.Get("biz_line")}, limit)
 	if err != nil {
-		a.o.Log.Error("diagnose", "err", err)
-		writeErr(w, http.StatusInternalServerError, "store_error", "could not read the ledger")
+		a.storeErr(w, err, "diagnose", "could not read the ledger")
 		return
 	}
 	out := make([]json.RawMessage, 0, len(results))

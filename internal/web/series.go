@@ -70,7 +70,7 @@ func badParam(param, format string, args ...any) error {
 	return &paramError{param, fmt.Sprintf(format, args...)}
 }
 
-// writeParamErr answers 400 for a bad parameter, or 500 for anything else.
+// writeParamErr answers 400 for a bad parameter, else as storeErr.
 func (a *API) writeParamErr(w http.ResponseWriter, err error, what string) {
 	var pe *paramError
 	if errors.As(err, &pe) {
@@ -79,8 +79,7 @@ func (a *API) writeParamErr(w http.ResponseWriter, err error, what string) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "bad_parameter", "parameter": pe.param, "message": pe.Error()}})
 		return
 	}
-	a.o.Log.Error(what, "err", err)
-	writeErr(w, http.StatusInternalServerError, "store_error", "could not read "+what)
+	a.storeErr(w, err, what, "could not read "+what)
 }
 
 // timeline is the steps of [from, to): from and to aligned to the step

@@ -72,6 +72,9 @@ func (s *Store) writeVersions(ctx context.Context, recs []*record.Record, vers [
 // after it ended; segments (and so reports) follow. A request not stored
 // is ignored.
 func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs, vers, err := s.readVersions(ctx, "request_id = "+quoteString(requestID), 1)
@@ -95,6 +98,9 @@ const rerateChunk = 5000
 // and writes the changed ones as new versions, a chunk at a time in
 // arrival order; it returns how many changed.
 func (s *Store) Rerate(ctx context.Context, from, to time.Time, rate func(*record.Record) record.Cost) (int, error) {
+	if err := s.Connected(); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	changed := 0

@@ -52,6 +52,9 @@ func (s *Store) table(name string) string { return quoteIdent(s.db) + "." + name
 
 // AddEvents stores events in one INSERT.
 func (s *Store) AddEvents(ctx context.Context, evs []store.Event) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	if len(evs) == 0 {
 		return nil
 	}
@@ -72,6 +75,9 @@ func (s *Store) AddEvents(ctx context.Context, evs []store.Event) error {
 
 // Events lists events since a time, of one kind or all, newest first.
 func (s *Store) Events(ctx context.Context, since time.Time, kind string, limit int) ([]store.Event, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	if limit <= 0 {
 		limit = 100
 	}
@@ -101,6 +107,9 @@ func (s *Store) Events(ctx context.Context, since time.Time, kind string, limit 
 
 // AddEngineSamples stores samples in one INSERT.
 func (s *Store) AddEngineSamples(ctx context.Context, ss []store.EngineSample) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	if len(ss) == 0 {
 		return nil
 	}
@@ -129,6 +138,9 @@ const maxSamples = 100000
 
 // EngineSamples reads samples of [from, to), oldest first.
 func (s *Store) EngineSamples(ctx context.Context, from, to time.Time, upstream string) ([]store.EngineSample, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	where := timeRange("day", "at_ns", from, to, from.UnixNano(), to.UnixNano())
 	if upstream != "" {
 		where += " AND upstream = " + quoteString(upstream)
@@ -207,6 +219,9 @@ func (s *Store) windows(ctx context.Context, table, col string, from, to time.Ti
 
 // AddWindowMinutes appends minutes in one INSERT.
 func (s *Store) AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	rows := make([]windowRow, len(ms))
 	for i, m := range ms {
 		rows[i] = windowRow{m.Minute, m.Model, m.BizLine, m.Upstream, m.Template, m.Data}
@@ -219,6 +234,9 @@ func (s *Store) AddWindowMinutes(ctx context.Context, ms []store.WindowMinute) e
 
 // WindowMinutes reads the minutes of [from, to), oldest first.
 func (s *Store) WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	rows, err := s.windows(ctx, "window_minute", "minute", from, to)
 	if err != nil {
 		return nil, fmt.Errorf("window minutes: %w", err)
@@ -232,6 +250,9 @@ func (s *Store) WindowMinutes(ctx context.Context, from, to time.Time) ([]store.
 
 // AddWindowHours appends hours in one INSERT.
 func (s *Store) AddWindowHours(ctx context.Context, hs []store.WindowHour) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	rows := make([]windowRow, len(hs))
 	for i, h := range hs {
 		rows[i] = windowRow{h.Hour, h.Model, h.BizLine, h.Upstream, h.Template, h.Data}
@@ -244,6 +265,9 @@ func (s *Store) AddWindowHours(ctx context.Context, hs []store.WindowHour) error
 
 // WindowHours reads the hours of [from, to), oldest first.
 func (s *Store) WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	rows, err := s.windows(ctx, "window_hour", "hour", from, to)
 	if err != nil {
 		return nil, fmt.Errorf("window hours: %w", err)
@@ -266,6 +290,9 @@ func (s *Store) WindowHours(ctx context.Context, from, to time.Time) ([]store.Wi
 // A day's rows go in one INSERT into one partition, which ClickHouse
 // applies whole or not at all.
 func (s *Store) AddWindowDay(ctx context.Context, start, end time.Time, ds []store.WindowDay) (bool, error) {
+	if err := s.Connected(); err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n uint64
@@ -316,6 +343,9 @@ func (s *Store) insertWindowDays(ctx context.Context, start, end time.Time, ds [
 // WindowDays reads the rows of the days starting in [from, to), oldest
 // first: of each day, those of its first write only.
 func (s *Store) WindowDays(ctx context.Context, from, to time.Time) ([]store.WindowDay, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	t := s.table("window_day")
 	where := timeRange("day_date", "day", from, to, from.Unix(), to.Unix())
 	q := fmt.Sprintf(`SELECT day, day_end, model, biz_line, upstream, template, data FROM %s
@@ -356,6 +386,9 @@ func (s *Store) WindowDays(ctx context.Context, from, to time.Time) ([]store.Win
 // partitions instead, or TTL on servers that have it (19.6+), is the next
 // step for large tables.
 func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (int64, error) {
+	if err := s.Connected(); err != nil {
+		return 0, err
+	}
 	if err := s.rollUp(ctx); err != nil {
 		return 0, fmt.Errorf("prune: roll up first: %w", err)
 	}

@@ -40,6 +40,9 @@ const listColumns = "request_id, at_ns, reason, toInt64(length(request)), toInt6
 
 // AddCaptures writes the captures of cs not stored yet in one INSERT.
 func (s *Store) AddCaptures(ctx context.Context, cs []*capture.Capture) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	if len(cs) == 0 {
 		return nil
 	}
@@ -115,6 +118,9 @@ func (s *Store) storedCaptures(ctx context.Context, cs []*capture.Capture) (map[
 
 // Captures lists captures matching f, newest first.
 func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture.Capture, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	var where []string
 	if !f.Since.IsZero() {
 		where = append(where, "day >= "+quoteDay(day(f.Since))+" AND at_ns >= "+quoteInt(f.Since.UnixNano()))
@@ -143,6 +149,9 @@ func (s *Store) Captures(ctx context.Context, f store.CaptureFilter) ([]*capture
 
 // Capture returns the capture of one request.
 func (s *Store) Capture(ctx context.Context, requestID string) (*capture.Capture, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	q := "SELECT " + captureColumns + " FROM " + s.table("captures") + " FINAL WHERE request_id = " + quoteString(requestID) +
 		" LIMIT 1 FORMAT RowBinary"
 	out, err := s.readCaptures(ctx, q, true)
@@ -184,6 +193,9 @@ func (s *Store) readCaptures(ctx context.Context, q string, bodies bool) ([]*cap
 // PruneCaptures deletes the captures taken before cut, waiting for the
 // mutation to finish.
 func (s *Store) PruneCaptures(ctx context.Context, cut time.Time) (int64, error) {
+	if err := s.Connected(); err != nil {
+		return 0, err
+	}
 	n, err := s.mutate(ctx, "captures", "at_ns < "+quoteInt(cut.UnixNano()), "")
 	if err != nil {
 		return n, fmt.Errorf("prune captures: %w", err)

@@ -15,7 +15,9 @@
 // retention. Amendments (late engine timings, re-rating) are new versions
 // of a row, not mutations (amend.go). The spill queue while ClickHouse is
 // down is the gateway's write-ahead queue (internal/wal), which ships into
-// any store.Store.
+// any store.Store; for serve, the Store can also be opened while the
+// server is down and connect once it answers (Config.Background,
+// connect.go).
 package clickhouse
 
 import (
@@ -33,6 +35,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -76,6 +79,13 @@ type Config struct {
 	// one-off report zone (a CLI --tz). Default Location. Once recorded,
 	// the earliest recorded zone wins over this (see openRollups).
 	RollupZone *time.Location
+	// Background makes Open return the Store even when the server does
+	// not answer, and keep connecting in the background until it does
+	// (see connect.go); meanwhile every call fails with an error wrapping
+	// store.ErrNotConnected. Open still fails on a bad address or
+	// database name. serve sets it; commands that read reports do not,
+	// so they fail at once when the server is down.
+	Background bool
 }
 
 // defaultTimeout is Config.Timeout's zero value: ample for a batch of
@@ -106,6 +116,15 @@ type Store struct {
 	// version of its last recompute.
 	rollMu  sync.Mutex
 	lastVer uint64
+
+	// The connection (connect.go): methods read version, features and
+	// zone only once connected is set; connMu serialises the attempts,
+	// lastErr is the last one's failure.
+	connected   atomic.Bool
+	connMu      sync.Mutex
+	lastErr     atomic.Pointer[error]
+	stopConnect context.CancelFunc // nil unless connecting in the background
+	connectDone chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -113,7 +132,8 @@ var _ store.Store = (*Store)(nil)
 var dbName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Open connects to the server, detects its version and creates the
-// database and tables if missing.
+// database and tables if missing; with cfg.Background it returns the
+// Store when the server does not answer and connects later.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -145,9 +165,23 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	}
 	s.c = newClient(hc, base)
 	s.c.timeout = cfg.Timeout
-	if err := s.open(ctx); err != nil {
-		s.Close() //nolint:errcheck // the open error is the one that matters
-		return nil, fmt.Errorf("open ClickHouse store at %s, database %q: %w", base.Redacted(), cfg.Database, err)
+	if !cfg.Background {
+		if err := s.connect(ctx); err != nil {
+			s.Close() //nolint:errcheck // the open error is the one that matters
+			return nil, fmt.Errorf("open ClickHouse store at %s, database %q: %w", base.Redacted(), cfg.Database, err)
+		}
+		return s, nil
+	}
+	first, cancel := context.WithTimeout(ctx, firstAttempt)
+	err = s.connect(first)
+	cancel()
+	if err != nil {
+		log.Warn("ClickHouse does not answer: connecting in the background; until then every call of the store fails",
+			"url", base.Redacted(), "database", cfg.Database, "err", err)
+		// Not ctx: the attempts outlive Open's caller, until Close.
+		cctx, stop := context.WithCancel(context.Background())
+		s.stopConnect, s.connectDone = stop, make(chan struct{})
+		go s.keepConnecting(cctx, s.connectDone)
 	}
 	return s, nil
 }
@@ -211,12 +245,23 @@ func (s *Store) addMissingColumns(ctx context.Context) error {
 	return nil
 }
 
-// Version is the server's version, read at Open.
-func (s *Store) Version() Version { return s.version }
+// Version is the server's version, read at Open; the zero Version while
+// not connected.
+func (s *Store) Version() Version {
+	if !s.connected.Load() {
+		return Version{}
+	}
+	return s.version
+}
 
-// Close releases idle connections. It does not flush Writers: cancel their
-// Run and wait for it to return first.
+// Close stops connecting in the background and releases idle
+// connections. It does not flush Writers: cancel their Run and wait for
+// it to return first.
 func (s *Store) Close() error {
+	if s.stopConnect != nil {
+		s.stopConnect()
+		<-s.connectDone
+	}
 	if s.own != nil {
 		s.own.CloseIdleConnections()
 	}
@@ -249,6 +294,9 @@ func (s *Store) Close() error {
 // fails half-way, the Writer's retry finds the written days stored and
 // writes the others.
 func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	if len(recs) == 0 {
 		return nil
 	}
@@ -396,6 +444,9 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 // Requests returns the ledger rows matching f, newest first. Timeline is
 // never read here (use Request for details).
 func (s *Store) Requests(ctx context.Context, f store.Filter) ([]*record.Record, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	recs, err := s.read(ctx, requestsQuery(s.db, f), false)
 	if err != nil {
 		return nil, fmt.Errorf("query ClickHouse ledger: %w", err)
@@ -449,6 +500,9 @@ func requestsQuery(db string, f store.Filter) string {
 // the timeline of the sampled ones. id is a RequestID (of any attempt) or
 // a LogicalRequestID.
 func (s *Store) Request(ctx context.Context, id string) ([]*record.Record, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty id", store.ErrNotFound)
 	}

@@ -40,7 +40,9 @@ type faultProxy struct {
 	target *url.URL
 	tr     *http.Transport
 	// lost counts INSERTs that ClickHouse ran whose answer was dropped.
-	lost    atomic.Int64
+	lost atomic.Int64
+	// calls counts the requests the proxy got, whatever it did with them.
+	calls   atomic.Int64
 	release chan struct{}
 }
 
@@ -64,6 +66,7 @@ func newFaultProxy(t *testing.T) (*httptest.Server, *faultProxy) {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.calls.Add(1)
 	mode := fault(p.mode.Load())
 	switch mode {
 	case down:

@@ -91,6 +91,9 @@ func selectMeasures(names []string) ([]store.Measure, error) {
 // store's zone by default): exact from the pieces' own local days in the
 // rollup zone, and from UTC hours in any other zone, as in SQLite.
 func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.ReportRow, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	rows, err := s.report(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)

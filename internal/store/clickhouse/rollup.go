@@ -288,6 +288,9 @@ const rollChunk = 240
 // first; serve also runs it every minute so that reports find little to
 // do. Safe to run on several replicas at once.
 func (s *Store) RollUp(ctx context.Context) error {
+	if err := s.Connected(); err != nil {
+		return err
+	}
 	if err := s.rollUp(ctx); err != nil {
 		return fmt.Errorf("roll up: %w", err)
 	}
@@ -521,6 +524,9 @@ func (s *Store) pruneMarks(ctx context.Context) error {
 // passed over, prompts seen once that day are left out, as the SQLite
 // store deletes them.
 func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]store.PromptRow, error) {
+	if err := s.Connected(); err != nil {
+		return nil, err
+	}
 	out, err := s.prompts(ctx, from, to, minCount, limit)
 	if err != nil {
 		return nil, fmt.Errorf("prompts: %w", err)
