@@ -429,7 +429,7 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 	switch e.Code {
 	case "invalid_api_key":
 		rec.ErrorType = record.ErrAuth
-	case "invalid_request", "request_too_large", "invalid_header":
+	case "invalid_request", "request_too_large", "invalid_header", "unsupported_media_type", "unsupported_encoding":
 		rec.ErrorType = record.ErrInvalidRequest
 	}
 	rec.ErrorMessage = e.Message

@@ -18,7 +18,7 @@ import (
 type Response struct {
 	Sent      time.Time
 	Status    int
-	RequestID string // the X-Request-Id response header (tollgate sets it)
+	RequestID string // the X-Tollgate-Request-Id response header (else X-Request-Id)
 	Events    []Event
 	// Err is set when the request failed: a transport error, a non-2xx
 	// status (with the start of the body), a stream cut before [DONE].
@@ -83,7 +83,12 @@ func (c *Client) Send(ctx context.Context, r *Request) Response {
 		hr.Body.Close()
 	}()
 	resp.Status = hr.StatusCode
-	resp.RequestID = hr.Header.Get("X-Request-Id")
+	// tollgate's own id (the ledger's key); X-Request-Id for a gateway
+	// that sets only that.
+	resp.RequestID = hr.Header.Get("X-Tollgate-Request-Id")
+	if resp.RequestID == "" {
+		resp.RequestID = hr.Header.Get("X-Request-Id")
+	}
 	if hr.StatusCode < 200 || hr.StatusCode > 299 {
 		b, _ := io.ReadAll(io.LimitReader(hr.Body, 512))
 		resp.Err = fmt.Errorf("HTTP %d: %s", hr.StatusCode, bytes.TrimSpace(b))
