@@ -30,7 +30,6 @@ const (
 
 var edgeDocs = []string{"../../docs/reliability.md", "../../docs/security.md"}
 
-
 type edgeRow struct {
 	input string
 	// stream: the upstream streams (else it answers nonStreamBody).
@@ -103,7 +102,7 @@ func rowStatus(r *record.Record) string {
 
 var (
 	chineseBiz = strings.Repeat("搜索业务", 5) + "中文" // 22 characters, 66 bytes
-	longValue  = strings.Repeat("业", 100)           // 300 bytes
+	longValue  = strings.Repeat("业", 100)         // 300 bytes
 )
 
 var edgeRows = []edgeRow{
