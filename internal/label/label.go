@@ -40,10 +40,16 @@ func NewSet(known []string, extra int, folded prometheus.Counter) *Set {
 	return s
 }
 
-// Value is v when it is known or can still be learned, Other otherwise.
-// learn=false never adds a value (a failed request must not teach the set
-// a name a client invented).
-func (s *Set) Value(v string, learn bool) string {
+// Value is v when it is known or can still be learned, Other otherwise,
+// counting the fold. learn=false never adds a value (a failed request
+// must not teach the set a name a client invented).
+func (s *Set) Value(v string, learn bool) string { return s.value(v, learn, true) }
+
+// Again is Value for a second consumer of the same Record (the windows
+// after the metrics): the same answer, the fold not counted twice.
+func (s *Set) Again(v string, learn bool) string { return s.value(v, learn, false) }
+
+func (s *Set) value(v string, learn, count bool) string {
 	if v == "" || v == Other {
 		return v
 	}
@@ -54,7 +60,7 @@ func (s *Set) Value(v string, learn bool) string {
 		return v
 	}
 	if !learn || !utf8.ValidString(v) {
-		return s.fold()
+		return s.fold(count)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,14 +68,14 @@ func (s *Set) Value(v string, learn bool) string {
 		return v
 	}
 	if len(s.names) >= s.limit {
-		return s.fold()
+		return s.fold(count)
 	}
 	s.names[v] = struct{}{}
 	return v
 }
 
-func (s *Set) fold() string {
-	if s.folded != nil {
+func (s *Set) fold(count bool) string {
+	if count && s.folded != nil {
 		s.folded.Inc()
 	}
 	return Other
@@ -104,7 +110,7 @@ var FinishReasons = []string{"stop", "length", "tool_calls", "function_call", "c
 func New(reg prometheus.Registerer, cfg Config) *Bounds {
 	folded := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_label_values_folded_total",
-		Help: "Values of a client- or upstream-influenced dimension (model, biz_line, template, finish_reason) folded into \"other\" in metrics and alerting windows because the dimension reached its bound; the ledger keeps the real value.",
+		Help: "Requests whose value of a client- or upstream-influenced dimension (model, biz_line, template, finish_reason) was folded into \"other\" in metrics and alerting windows because the dimension reached its bound; the ledger keeps the real value.",
 	}, []string{"label"})
 	if reg != nil {
 		reg.MustRegister(folded)

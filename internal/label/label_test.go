@@ -53,3 +53,17 @@ func TestBoundsAfterManyValues(t *testing.T) {
 		t.Fatalf("folded = %v, want %d", got, 5000-64)
 	}
 }
+
+// TestAgainDoesNotCount: a second consumer of the same Record gets the
+// same value without counting the fold again.
+func TestAgainDoesNotCount(t *testing.T) {
+	folded := prometheus.NewCounter(prometheus.CounterOpts{Name: "f"})
+	s := NewSet(nil, 1, folded)
+	s.Value("a", true)
+	if s.Value("b", true) != Other || s.Again("b", true) != Other || s.Again("a", true) != "a" {
+		t.Fatal("Again disagrees with Value")
+	}
+	if got := testutil.ToFloat64(folded); got != 1 {
+		t.Fatalf("folded = %v, want 1", got)
+	}
+}

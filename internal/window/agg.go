@@ -113,8 +113,9 @@ func (a *Aggregator) Add(r *record.Record) {
 	m := Minute(end).Unix()
 	k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
 	if lb := a.cfg.Labels; lb != nil {
-		k.Model = lb.Model.Value(k.Model, r.OK())
-		k.BizLine = lb.BizLine.Value(k.BizLine, r.OK())
+		// The metrics counted the model's and biz line's folds already.
+		k.Model = lb.Model.Again(k.Model, r.OK())
+		k.BizLine = lb.BizLine.Again(k.BizLine, r.OK())
 		k.Template = lb.Template.Value(k.Template, r.OK())
 	}
 	a.mu.Lock()
