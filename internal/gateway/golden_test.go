@@ -115,10 +115,16 @@ func checkInvariants(t *testing.T, r *record.Record) {
 	if d.TTFT != nil && *d.TTFT > d.E2E {
 		t.Errorf("TTFT %v > E2E %v", *d.TTFT, d.E2E)
 	}
-	if d.TPOT != nil {
+	if d.TPOT != nil && r.Stream {
 		want := (d.E2E - *d.TTFT) / time.Duration(u.OutputTokens-1)
 		if *d.TPOT != want {
 			t.Errorf("TPOT = %v, want (E2E−TTFT)/(n−1) = %v", *d.TPOT, want)
+		}
+	}
+	if d.TPOT != nil && !r.Stream {
+		// Non-streamed: the engine's decode over the tokens after the first.
+		if want := r.EngineTiming.Decode / time.Duration(u.OutputTokens-1); *d.TPOT != want {
+			t.Errorf("TPOT = %v, want engine decode/(n−1) = %v", *d.TPOT, want)
 		}
 	}
 	m := r.Marks

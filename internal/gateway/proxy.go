@@ -264,6 +264,14 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 						out = redactBody(out, ex.secrets(u))
 					}
 				}
+				// Engines put their timings on the final chunks only —
+				// llama-server on the usage-only chunk, which the client may
+				// not receive: read every signal before a chunk is dropped.
+				if c.FinishReason != "" || c.Usage != nil {
+					if et := engineFromBody(ev.Data); et != nil {
+						rec.EngineTiming = et
+					}
+				}
 				if ex.injected {
 					if c.UsageOnly {
 						wd.progress()
@@ -287,12 +295,6 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					tl.written++
 					rec.Marks.LastUpstreamToken = ex.since()
 					cwAtLast = rec.ClientWrite
-				}
-				// Engines put their timings on the final chunks only.
-				if c.FinishReason != "" || c.Usage != nil {
-					if et := engineFromBody(ev.Data); et != nil {
-						rec.EngineTiming = et
-					}
 				}
 			}
 		}

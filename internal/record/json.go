@@ -86,6 +86,8 @@ func engineJSON(e *EngineTiming) *jsonEngine {
 	if e == nil {
 		return nil
 	}
+	// omitempty leaves out what the signal does not report (Reports):
+	// those fields are always zero.
 	return &jsonEngine{e.Signal, ms(e.Queue), ms(e.TTFT), ms(e.Prefill), ms(e.Decode), ms(e.Inference), ms(e.E2E), e.PromptTokens, e.CompletionTokens, e.CachedTokens}
 }
 

@@ -128,6 +128,26 @@ type EngineTiming struct {
 	PromptTokens, CompletionTokens, CachedTokens int64
 }
 
+// Engine timing fields, for Reports.
+const (
+	EngineQueue = "queue"
+	EngineE2E   = "e2e"
+)
+
+// Reports says whether the engine's signal carries field at all, so a
+// figure it never reports is shown as absent rather than as zero:
+// llama.cpp's timings have no queue and no end-to-end time, TGI's headers
+// no end-to-end time. Other fields, and other signals, are reported.
+func (e *EngineTiming) Reports(field string) bool {
+	switch e.Signal {
+	case "llamacpp-timings":
+		return field != EngineQueue && field != EngineE2E
+	case "tgi-headers":
+		return field != EngineE2E
+	}
+	return true
+}
+
 // TimelinePoint is one sampled point of the token timeline: the index of a
 // content chunk (0-based) and when it was flushed to the client.
 type TimelinePoint struct {
@@ -257,8 +277,14 @@ func (r *Record) Finish() {
 		}
 	}
 	n := r.Usage.OutputTokens
-	if r.Stream && d.TTFT != nil && n > 1 {
+	switch {
+	case r.Stream && d.TTFT != nil && n > 1:
 		t := (d.E2E - *d.TTFT) / time.Duration(n-1)
+		d.TPOT = &t
+	case !r.Stream && n > 1 && r.EngineTiming != nil && r.EngineTiming.Decode > 0:
+		// A non-streamed answer shows no tokens as they come: its TPOT is
+		// the engine's own decode time over the tokens after the first.
+		t := r.EngineTiming.Decode / time.Duration(n-1)
 		d.TPOT = &t
 	}
 	if r.Stream && n > 0 && m.LastToken > m.FirstClientToken && m.FirstClientToken > 0 {

@@ -40,6 +40,11 @@ func (s Segments) Get(name string) time.Duration {
 	return 0
 }
 
+// UpstreamNotSplit is the source of the unattributed segment of a
+// non-streamed answer without engine timings: the wait for the body is
+// the engine's queue, prefill and decode together, which nothing splits.
+const UpstreamNotSplit = "inferred:upstream (engine queue + prefill + decode, not split: non-streamed, no engine timings)"
+
 // segments splits E2E along the request's own timeline, which the gateway
 // walks in order:
 //
@@ -47,6 +52,11 @@ func (s Segments) Get(name string) time.Duration {
 //	[upstream_sent, first_upstream)     connect, then engine queue + prefill
 //	[first_upstream, last_upstream)     decode, interleaved with client writes
 //	[last_upstream, end)                post-processing and the last writes
+//
+// A non-streamed answer arrives whole: its generation is inside the
+// second window (decode from the engine's timings, or the window left
+// unattributed when there are none, never network), and what follows the
+// body is post-processing and the client write.
 //
 // Each window is split by what is known about it; engine signals replace
 // inferences inside their window but can never exceed it, so the segments
@@ -84,13 +94,16 @@ func (r *Record) segments() Segments {
 	}
 	lastUp = min(lastUp, e2e)
 
-	// Window 2: connect, then the engine's queue and prefill.
+	// Window 2: connect, then the engine's queue and prefill — and, for a
+	// non-streamed answer, its decode too: the whole answer is generated
+	// before the body arrives.
 	w2 := max(firstUp-m.UpstreamSent, 0)
 	connect := min(r.ConnectWait, w2)
 	set(SegConnect, &s.Connect, connect, "gateway")
 	rest := w2 - connect
 	eng := r.EngineTiming
-	if eng != nil && (eng.Queue > 0 || eng.Prefill > 0 || eng.TTFT > 0) {
+	whole := !r.Stream
+	if eng != nil && (eng.Queue > 0 || eng.Prefill > 0 || eng.TTFT > 0 || whole && eng.Decode > 0) {
 		src := "engine:" + eng.Signal
 		q := min(eng.Queue, rest)
 		pf := eng.Prefill
@@ -100,14 +113,41 @@ func (r *Record) segments() Segments {
 		pf = min(pf, rest-q)
 		set(SegEngineQueue, &s.EngineQueue, q, src)
 		set(SegPrefill, &s.Prefill, pf, src)
+		used := q + pf
+		if whole {
+			dec := min(eng.Decode, rest-used)
+			set(SegDecode, &s.Decode, dec, src)
+			used += dec
+		}
 		// What the engine did not see of the wait is the network's (and
 		// the engine's HTTP layer's): it joins connect.
-		if n := rest - q - pf; n > 0 {
+		if n := rest - used; n > 0 {
 			s.Connect += n
-			s.Source[SegConnect] = "gateway+inferred:network (upstream TTFT − engine queue − prefill)"
+			if whole {
+				s.Source[SegConnect] = "gateway+inferred:network (upstream wait − engine queue − prefill − decode)"
+			} else {
+				s.Source[SegConnect] = "gateway+inferred:network (upstream TTFT − engine queue − prefill)"
+			}
 		}
+	} else if whole {
+		// Queue, prefill and decode all happened before the body came, and
+		// nothing says how they split: the engine's, not the network's.
+		s.Source[SegUnattributed] = UpstreamNotSplit
 	} else {
 		set(SegPrefill, &s.Prefill, rest, "inferred:upstream TTFT (engine queue included)")
+	}
+
+	if whole {
+		// A non-streamed answer has no token timeline: after the body
+		// came, reading and parsing it, then writing it to the client.
+		cw := min(r.ClientWrite, e2e-firstUp)
+		set(SegClientWrite, &s.ClientWrite, cw, "gateway")
+		set(SegPostProcessing, &s.PostProcessing, e2e-firstUp-cw, "gateway")
+		s.Unattributed = max(e2e-s.Sum(), 0)
+		if s.Unattributed > 0 && s.Source[SegUnattributed] == "" {
+			s.Source[SegUnattributed] = "remainder"
+		}
+		return s
 	}
 
 	// Window 3: decode, less the time spent blocked on the client.

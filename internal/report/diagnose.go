@@ -288,7 +288,15 @@ func Waterfall(w io.Writer, r *record.Record) {
 	fmt.Fprintf(w, "  TTFT %s (upstream %s)   TPOT %s   tokens in %d (cached %d), out %d [%s]\n",
 		opt(d.TTFT), opt(d.UpstreamTTFT), opt(d.TPOT), r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.OutputTokens, r.Usage.Source)
 	if e := r.EngineTiming; e != nil {
-		fmt.Fprintf(w, "  engine (%s): queue %s, prefill %s, decode %s, e2e %s\n", e.Signal, msText(e.Queue), msText(e.Prefill), msText(e.Decode), msText(e.E2E))
+		// A figure the engine never reports is absent, not zero.
+		reported := func(field string, d time.Duration) string {
+			if !e.Reports(field) {
+				return "— (not reported)"
+			}
+			return msText(d)
+		}
+		fmt.Fprintf(w, "  engine (%s): queue %s, prefill %s, decode %s, e2e %s\n", e.Signal,
+			reported(record.EngineQueue, e.Queue), msText(e.Prefill), msText(e.Decode), reported(record.EngineE2E, e.E2E))
 	}
 	if len(r.Timeline) > 2 {
 		fmt.Fprintf(w, "  token timeline: %d points, second half %.2f× the first half's time per token\n", len(r.Timeline), decayRatio(r.Timeline))

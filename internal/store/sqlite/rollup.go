@@ -851,8 +851,9 @@ func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record
 		return fmt.Errorf("amend %q: %w", requestID, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	sets := []string{"engine_timing = ?"}
-	args := []any{engineJSON(nr.EngineTiming)}
+	// A non-streamed answer's TPOT comes from the engine's decode time.
+	sets := []string{"engine_timing = ?", "tpot_ns = ?"}
+	args := []any{engineJSON(nr.EngineTiming), optNS(nr.Derived.TPOT)}
 	for _, n := range record.SegmentNames {
 		sets = append(sets, "seg_"+n+"_ns = ?")
 		args = append(args, int64(nr.Derived.Segments.Get(n)))
