@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
@@ -159,8 +160,12 @@ func crashConfig(t *testing.T, upstream string) (cfgPath, db, addr string) {
 	return cfgPath, db, addr
 }
 
-// ledgerIDs reads the ledger: the set of request ids, and the total the
-// rollups count (which must equal the rows: nothing counted twice).
+// clientID is the id a test client sent in X-Request-Id, by which it
+// knows the requests it saw complete: tollgate keeps it beside its own key.
+func clientID(r *record.Record) string { return r.ClientRequestID }
+
+// ledgerIDs reads the ledger: the set of the clients' request ids, and the
+// total the rollups count (which must equal the rows: nothing counted twice).
 func ledgerIDs(t *testing.T, db string) (map[string]int, int64) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), db, slog.New(slog.DiscardHandler))
@@ -174,7 +179,7 @@ func ledgerIDs(t *testing.T, db string) (map[string]int, int64) {
 	}
 	ids := map[string]int{}
 	for _, r := range recs {
-		ids[r.RequestID]++
+		ids[clientID(r)]++
 	}
 	rows, err := st.Report(context.Background(), store.ReportQuery{})
 	if err != nil {

@@ -142,7 +142,7 @@ func TestSpillSQLiteLocked(t *testing.T) {
 	// Still under the lock: the completed requests not in the ledger yet
 	// are the ones the queue alone holds.
 	inLedger := map[string]bool{}
-	rows, err := conn.Query("SELECT request_id FROM requests")
+	rows, err := conn.Query("SELECT client_request_id FROM requests")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestSpillClickHouseDown(t *testing.T) {
 	}
 	got := map[string]int{}
 	for _, r := range recs {
-		got[r.RequestID]++
+		got[clientID(r)]++
 	}
 	for _, id := range ids {
 		if got[id] != 1 {

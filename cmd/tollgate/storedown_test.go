@@ -109,7 +109,7 @@ func TestServeStartsClickHouseDown(t *testing.T) {
 	}
 	got := map[string]int{}
 	for _, r := range recs {
-		got[r.RequestID]++
+		got[clientID(r)]++
 	}
 	for _, id := range ids {
 		if got[id] != 1 {
