@@ -38,6 +38,7 @@ func simFlags(fs *flag.FlagSet) (*sim.Config, *stringList) {
 	fs.Float64Var(&c.Faults.ResetRate, "reset-rate", 0, "share of streams cut mid-way (0–1)")
 	fs.Float64Var(&c.Faults.StallRate, "stall-rate", 0, "share of streams that stall mid-way (0–1)")
 	fs.Float64Var(&c.Faults.MalformedRate, "malformed-rate", 0, "share of streams with a malformed chunk (0–1)")
+	fs.StringVar(&c.Dialect, "dialect", sim.DialectVLLM, "the engine whose wire format to speak: vllm, llamacpp (timings on the last event) or no-usage (never reports usage)")
 	return c, models
 }
 

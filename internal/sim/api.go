@@ -459,10 +459,12 @@ type (
 		Created        int64        `json:"created"`
 		Model          string       `json:"model"`
 		Choices        []chatChoice `json:"choices"`
-		Usage          usage        `json:"usage"`
+		Usage          *usage       `json:"usage,omitempty"`
 		PromptLogprobs *struct{}    `json:"prompt_logprobs"`
 		// Metrics only with Config.PerRequestMetrics.
 		Metrics *perRequestMetrics `json:"metrics,omitempty"`
+		// Timings only as llama-server (DialectLlamaCpp).
+		Timings *llamaTimings `json:"timings,omitempty"`
 	}
 	chatChoice struct {
 		Index        int        `json:"index"`
@@ -483,9 +485,10 @@ type (
 		Created int64        `json:"created"`
 		Model   string       `json:"model"`
 		Choices []textChoice `json:"choices"`
-		Usage   usage        `json:"usage"`
+		Usage   *usage       `json:"usage,omitempty"`
 		// Metrics only with Config.PerRequestMetrics.
 		Metrics *perRequestMetrics `json:"metrics,omitempty"`
+		Timings *llamaTimings      `json:"timings,omitempty"`
 	}
 	textChoice struct {
 		Index          int       `json:"index"`
@@ -507,6 +510,20 @@ type (
 		// Metrics rides on the final usage chunk, with
 		// Config.PerRequestMetrics.
 		Metrics *chunkMetrics `json:"metrics,omitempty"`
+		// Timings rides on the last event, as llama-server sends it.
+		Timings *llamaTimings `json:"timings,omitempty"`
+	}
+	// llamaTimings is llama-server's timings object.
+	llamaTimings struct {
+		PromptN             int     `json:"prompt_n"`
+		PromptMS            float64 `json:"prompt_ms"`
+		PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
+		PromptPerSecond     float64 `json:"prompt_per_second"`
+		PredictedN          int     `json:"predicted_n"`
+		PredictedMS         float64 `json:"predicted_ms"`
+		PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
+		PredictedPerSecond  float64 `json:"predicted_per_second"`
+		CacheN              int     `json:"cache_n"`
 	}
 	chatDelta struct {
 		Role    string  `json:"role,omitempty"`

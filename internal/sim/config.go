@@ -46,6 +46,9 @@ type Config struct {
 	// stream (so only with stream_options.include_usage). As in vLLM, only
 	// single-sequence requests get it.
 	PerRequestMetrics bool
+	// Dialect is the engine whose wire format the simulator speaks:
+	// DialectVLLM (the default), DialectLlamaCpp or DialectNoUsage.
+	Dialect string
 	// OnFinish, if set, is called once per sequence that leaves the engine
 	// (after its span, if any, is queued), from the scheduler goroutine, so it
 	// must not block. It runs before the response ends, so a client that has
@@ -83,6 +86,24 @@ type RequestStats struct {
 	Stream                        bool
 }
 
+// Dialects: the engines whose wire format the simulator can speak.
+const (
+	// DialectVLLM: vLLM's OpenAI server (usage when asked for, the
+	// per-request metrics object with PerRequestMetrics, spans with
+	// OTLPEndpoint).
+	DialectVLLM = "vllm"
+	// DialectLlamaCpp: llama-server. Its "timings" object (prompt_n,
+	// prompt_ms, predicted_n, predicted_ms, cache_n) rides on the last
+	// event of a stream — the usage-only chunk when the client asked for
+	// usage, else the finish chunk — and at the top level of a
+	// non-streamed answer. No queue time, no end-to-end time.
+	DialectLlamaCpp = "llamacpp"
+	// DialectNoUsage: an engine that never reports usage, not even when
+	// stream_options.include_usage asks for it (some OpenAI-compatible
+	// servers and proxies); the gateway must count tokens itself.
+	DialectNoUsage = "no-usage"
+)
+
 const (
 	defaultModel      = "Qwen/Qwen3-8B"
 	defaultStallFor   = 10 * time.Second
@@ -106,6 +127,9 @@ func (cfg Config) withDefaults() Config {
 	setInt(&cfg.PrefixBlockTokens, 16)
 	setInt(&cfg.CacheBlocks, 8192)
 	setDur(&cfg.Faults.StallFor, defaultStallFor)
+	if cfg.Dialect == "" {
+		cfg.Dialect = DialectVLLM
+	}
 	return cfg
 }
 
@@ -182,6 +206,11 @@ func (cfg Config) validate() error {
 		if !(f.v >= 0 && f.v <= 1) {
 			errs = append(errs, fmt.Errorf("%s: must be within [0, 1], got %v", f.name, f.v))
 		}
+	}
+	switch cfg.Dialect {
+	case DialectVLLM, DialectLlamaCpp, DialectNoUsage:
+	default:
+		errs = append(errs, fmt.Errorf("Dialect: want %s, %s or %s, got %q", DialectVLLM, DialectLlamaCpp, DialectNoUsage, cfg.Dialect))
 	}
 	if cfg.OTLPEndpoint != "" {
 		if u, err := url.Parse(cfg.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -230,7 +230,7 @@ func TestConfig(t *testing.T) {
 		Models: []string{"Qwen/Qwen3-8B"}, MaxRunning: 32,
 		PrefillBase: 2e6, PrefillPerToken: 40e3, DecodeBase: 8e6, DecodePerSeq: 150e3,
 		OutputMean: 120, OutputMax: 512, PrefixBlockTokens: 16, CacheBlocks: 8192,
-		Faults: Faults{StallFor: 10e9},
+		Faults: Faults{StallFor: 10e9}, Dialect: DialectVLLM,
 	}
 	if diff := cmp.Diff(want, e.cfg); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -26,6 +26,7 @@ type gen struct {
 	buf     []byte // scratch for SSE events
 	// perRequestMetrics: add vLLM's per-request metrics object.
 	perRequestMetrics bool
+	dialect           string // Config.Dialect
 }
 
 // generate is the request path shared by chat and completions: plan the
@@ -61,7 +62,8 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		notify:     make(chan struct{}, 1),
 		// As in vLLM, only a single sequence's timing is reported: with
 		// several prompts no one sequence speaks for the request.
-		perRequestMetrics: e.cfg.PerRequestMetrics && len(g.prompts) == 1,
+		perRequestMetrics: e.cfg.PerRequestMetrics && len(g.prompts) == 1 && e.cfg.Dialect == DialectVLLM,
+		dialect:           e.cfg.Dialect,
 	}
 	total := 0
 	for i, prompt := range g.prompts {
@@ -191,7 +193,12 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 				case s.stats.FinishReason == finishAbort:
 					return nil
 				}
-				if err := q.event(w, rc, q.finishChunk(i, s.stats.FinishReason)); err != nil {
+				fc := q.finishChunk(i, s.stats.FinishReason)
+				if open == 0 && !q.includeUsage {
+					// llama-server's timings ride on the last event.
+					fc.Timings = q.timings()
+				}
+				if err := q.event(w, rc, fc); err != nil {
 					return nil
 				}
 			}
@@ -205,9 +212,9 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 			return nil
 		}
 	}
-	if q.includeUsage {
+	if q.includeUsage && q.dialect != DialectNoUsage {
 		u := q.usage()
-		c := chunk{ID: q.id, Object: q.chunkObject(), Created: q.created, Model: q.model, Choices: []any{}, Usage: &u}
+		c := chunk{ID: q.id, Object: q.chunkObject(), Created: q.created, Model: q.model, Choices: []any{}, Usage: &u, Timings: q.timings()}
 		if m := q.metrics(); m != nil {
 			c.Metrics = (*chunkMetrics)(m)
 		}
@@ -309,6 +316,37 @@ func (q *gen) usage() usage {
 	return u
 }
 
+// wholeUsage is the usage of a non-streamed answer: nil for an engine
+// that reports none.
+func (q *gen) wholeUsage() *usage {
+	if q.dialect == DialectNoUsage {
+		return nil
+	}
+	u := q.usage()
+	return &u
+}
+
+// timings returns llama-server's timings object, or nil for another
+// dialect; call it once all sequences have finished. As llama-server,
+// prompt_n counts the prompt tokens processed (the cached ones are
+// cache_n), predicted_ms the time from the first token to the last.
+func (q *gen) timings() *llamaTimings {
+	if q.dialect != DialectLlamaCpp || len(q.seqs) != 1 {
+		return nil
+	}
+	st := q.seqs[0].stats
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	t := &llamaTimings{PromptN: st.PromptTokens - st.CachedTokens, PromptMS: ms(st.Prefill), PredictedN: st.OutputTokens,
+		PredictedMS: ms(st.Decode), CacheN: st.CachedTokens}
+	if t.PromptN > 0 && t.PromptMS > 0 {
+		t.PromptPerTokenMS, t.PromptPerSecond = t.PromptMS/float64(t.PromptN), float64(t.PromptN)/(t.PromptMS/1000)
+	}
+	if t.PredictedN > 0 && t.PredictedMS > 0 {
+		t.PredictedPerTokenMS, t.PredictedPerSecond = t.PredictedMS/float64(t.PredictedN), float64(t.PredictedN)/(t.PredictedMS/1000)
+	}
+	return t
+}
+
 // metrics returns vLLM's per-request metrics object, or nil when it is not
 // wanted; call it once all sequences have finished.
 func (q *gen) metrics() *perRequestMetrics {
@@ -372,14 +410,15 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 				Message:      chatMsgOut{Role: "assistant", Content: texts[0], ToolCalls: []struct{}{}},
 				FinishReason: s.stats.FinishReason,
 			}},
-			Usage:   q.usage(),
+			Usage:   q.wholeUsage(),
 			Metrics: q.metrics(),
+			Timings: q.timings(),
 		})
 		return nil
 	}
 	resp := textResponse{
 		ID: q.id, Object: "text_completion", Created: q.created, Model: q.model,
-		Choices: make([]textChoice, len(q.seqs)), Usage: q.usage(), Metrics: q.metrics(),
+		Choices: make([]textChoice, len(q.seqs)), Usage: q.wholeUsage(), Metrics: q.metrics(), Timings: q.timings(),
 	}
 	for i, s := range q.seqs {
 		resp.Choices[i] = textChoice{Index: i, Text: texts[i], FinishReason: s.stats.FinishReason}
