@@ -52,7 +52,10 @@ func TestEngineDialects(t *testing.T) {
 // speaking cfg's dialect and returns its Record.
 func dialectRequest(t *testing.T, kind string, cfg sim.Config, stream, asked bool) *record.Record {
 	t.Helper()
-	cfg.Seed, cfg.DecodeBase, cfg.PrefillBase = 1, 2*time.Millisecond, 5*time.Millisecond
+	// EOS: a generation that stops by itself ends on an end-of-sequence
+	// token that the engine counts and the text never shows, as real
+	// engines do; tollgate's own count must add it back.
+	cfg.Seed, cfg.DecodeBase, cfg.PrefillBase, cfg.EOS = 1, 2*time.Millisecond, 5*time.Millisecond, true
 	e, err := sim.New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +90,8 @@ func dialectRequest(t *testing.T, kind string, cfg sim.Config, stream, asked boo
 	}
 	r := tg.next(t)
 	// Without usage and without a tokenizer, a stream is counted by its
-	// chunks; a whole answer cannot be counted at all.
+	// chunks (19 shown, plus the end token); a whole answer cannot be
+	// counted at all.
 	if (stream || cfg.Dialect != sim.DialectNoUsage) && r.Usage.OutputTokens != 20 {
 		t.Errorf("output tokens %d (%s), want 20", r.Usage.OutputTokens, r.Usage.Source)
 	}

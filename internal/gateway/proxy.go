@@ -334,6 +334,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		// or, without one, one token per chunk.
 		rec.Usage = record.Usage{OutputTokens: int64(tl.written), Source: record.SourceChunks}
 		countUsage(rec, ex.ct, ex.clientBody, string(text.b))
+		endToken(rec)
 	}
 
 	switch {
@@ -431,8 +432,8 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		rec.ContentBytes = int64(pr.Content)
 		if pr.Usage != nil {
 			rec.Usage = *pr.Usage
-		} else {
-			countUsage(rec, ex.ct, ex.clientBody, responseText(body))
+		} else if countUsage(rec, ex.ct, ex.clientBody, responseText(body)); rec.Usage.Source == record.SourceTokenizer {
+			endToken(rec)
 		}
 	}
 	if !ok {

@@ -221,6 +221,28 @@ func countUsage(rec *record.Record, ct *tokenizer.Counter, body []byte, text str
 	rec.Usage = u
 }
 
+// endToken adds to an output count made by tollgate (the engine sent no
+// usage) the token that ended a generation that stopped by itself: the
+// end-of-sequence token, or the one that completed a stop string or was a
+// stop token. The engines count it in their completion_tokens while the
+// text never shows it — vLLM (V1: the stop token stays in token_ids and
+// streams as an empty delta carrying the finish reason), SGLang (output
+// ids through the stop position), llama-server (n_decoded counts it
+// before the end-of-generation check) and Ollama (llama-server's
+// predicted_n); TGI counts it in generated_tokens. Without it a counted
+// output was one low on every natural stop. Tokens of a stop string
+// beyond the last one are not recovered (docs/metrics.md).
+func endToken(rec *record.Record) {
+	switch rec.Engine {
+	case "vllm", "sglang", "llamacpp", "ollama", "tgi":
+	default:
+		return // hosted APIs report usage; their rule is not known
+	}
+	if rec.FinishReason == "stop" || rec.FinishReason == "eos_token" {
+		rec.Usage.OutputTokens++
+	}
+}
+
 // mismatch compares the engine's prompt count with the local one and says
 // whether they differ beyond tolerance: 1 % or 2 tokens, whichever is
 // larger (chat templates differ in small ways between engine versions).

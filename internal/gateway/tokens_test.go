@@ -95,3 +95,23 @@ func TestSpecFor(t *testing.T) {
 		t.Errorf("configured spec did not win: %v", s)
 	}
 }
+
+// TestEndToken: an output count tollgate made itself gets the token that
+// ended a natural stop, for the engines known to count it — and only on
+// a stop, never on length, a cut stream or a hosted API.
+func TestEndToken(t *testing.T) {
+	for _, tc := range []struct {
+		engine, finish string
+		want           int64
+	}{
+		{"vllm", "stop", 11}, {"sglang", "stop", 11}, {"llamacpp", "stop", 11}, {"ollama", "stop", 11},
+		{"tgi", "eos_token", 11}, {"vllm", "length", 10}, {"vllm", "", 10}, {"vllm", "tool_calls", 10},
+		{"openai", "stop", 10},
+	} {
+		r := &record.Record{Engine: tc.engine, FinishReason: tc.finish, Usage: record.Usage{OutputTokens: 10}}
+		endToken(r)
+		if r.Usage.OutputTokens != tc.want {
+			t.Errorf("%s %q: %d, want %d", tc.engine, tc.finish, r.Usage.OutputTokens, tc.want)
+		}
+	}
+}

@@ -529,6 +529,14 @@ type (
 		Role    string  `json:"role,omitempty"`
 		Content *string `json:"content,omitempty"`
 	}
+	// chatFinalChoiceDelta is vLLM's last chunk when the model stopped by
+	// itself: the end-of-sequence token's empty delta with the reason.
+	chatFinalChoiceDelta struct {
+		Index        int       `json:"index"`
+		Delta        chatDelta `json:"delta"`
+		Logprobs     *struct{} `json:"logprobs"`
+		FinishReason string    `json:"finish_reason"`
+	}
 	chatChunkChoice struct {
 		Index        int       `json:"index"`
 		Delta        chatDelta `json:"delta"`

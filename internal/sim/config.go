@@ -49,6 +49,13 @@ type Config struct {
 	// Dialect is the engine whose wire format the simulator speaks:
 	// DialectVLLM (the default), DialectLlamaCpp or DialectNoUsage.
 	Dialect string
+	// EOS makes a generation that stops by itself end on an
+	// end-of-sequence token, as a real model does: counted in
+	// completion_tokens (vLLM, SGLang, llama-server and Ollama all count
+	// it) but never shown as text; vLLM streams it as a chunk of its own
+	// with empty content and the finish reason, the others send none.
+	// Off: every token counted is a token shown.
+	EOS bool
 	// OnFinish, if set, is called once per sequence that leaves the engine
 	// (after its span, if any, is queued), from the scheduler goroutine, so it
 	// must not block. It runs before the response ends, so a client that has

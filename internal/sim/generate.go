@@ -27,6 +27,7 @@ type gen struct {
 	// perRequestMetrics: add vLLM's per-request metrics object.
 	perRequestMetrics bool
 	dialect           string // Config.Dialect
+	eos               bool   // Config.EOS
 }
 
 // generate is the request path shared by chat and completions: plan the
@@ -64,6 +65,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		// several prompts no one sequence speaks for the request.
 		perRequestMetrics: e.cfg.PerRequestMetrics && len(g.prompts) == 1 && e.cfg.Dialect == DialectVLLM,
 		dialect:           e.cfg.Dialect,
+		eos:               e.cfg.EOS,
 	}
 	total := 0
 	for i, prompt := range g.prompts {
@@ -156,7 +158,7 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 				continue
 			}
 			finished := isClosed(s.done)
-			n := int(s.generated.Load())
+			n := q.visible(s, int(s.generated.Load()))
 			for !ended[i] && (written[i] < n || finished) {
 				if !started {
 					if finished && s.err != nil {
@@ -194,6 +196,12 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 					return nil
 				}
 				fc := q.finishChunk(i, s.stats.FinishReason)
+				if q.eos && s.stats.FinishReason == finishStop && q.dialect == DialectVLLM && q.chat {
+					// vLLM streams the end-of-sequence token as a chunk of
+					// its own: empty content, with the finish reason.
+					empty := ""
+					fc = q.chunk(chatFinalChoiceDelta{Index: i, Delta: chatDelta{Content: &empty}, FinishReason: s.stats.FinishReason})
+				}
 				if open == 0 && !q.includeUsage {
 					// llama-server's timings ride on the last event.
 					fc.Timings = q.timings()
@@ -397,7 +405,7 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 	texts := make([]string, len(q.seqs))
 	for i, s := range q.seqs {
 		var b strings.Builder
-		for range s.stats.OutputTokens {
+		for range q.visible(s, s.stats.OutputTokens) {
 			b.WriteString(q.word(i))
 		}
 		texts[i] = b.String()
@@ -425,6 +433,16 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// visible is how many of a sequence's n generated tokens show as text.
+// With Config.EOS a generation that stopped by itself ended on its
+// end-of-sequence token: counted in completion_tokens, with no text.
+func (q *gen) visible(s *seq, n int) int {
+	if q.eos && s.reason == finishStop && n >= s.target {
+		return s.target - 1
+	}
+	return n
 }
 
 func isClosed(c <-chan struct{}) bool {
