@@ -248,7 +248,7 @@ func TestRequestsCLI(t *testing.T) {
 	}
 
 	out, _, err = runCmd(t, "requests", "show", "--db", db, newest.RequestID)
-	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID} {
+	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID, newest.ParentSpanID, newest.ResponseID} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("show lacks %q (err %v):\n%s", want, err, out)
 		}
