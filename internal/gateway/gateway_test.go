@@ -111,6 +111,21 @@ func TestTraceparentContinued(t *testing.T) {
 	}
 }
 
+// TestResponseIDBounded: the engine's id of its answer is kept as a
+// client's identifiers are, valid UTF-8 of at most MaxIdentifier bytes,
+// for the engine is no more trusted to keep it short.
+func TestResponseIDBounded(t *testing.T) {
+	up := newTranscriptUpstream(t, "")
+	long := strings.Repeat("é", 200) + "\xff"
+	up.ctype, up.rawBody = "application/json", strings.Replace(nonStreamBody, `"id":"chatcmpl-1"`, `"id":"`+long+`"`, 1)
+	tg := newTestGateway(t, testConfig(up.URL()))
+	readAll(t, post(t, tg.URL+"/v1/chat/completions", chatReq, nil))
+	r := tg.next(t)
+	if want := strings.Repeat("é", MaxIdentifier/2); r.ResponseID != want {
+		t.Errorf("response id of %d bytes kept as %d bytes %q, want the first %d", len(long), len(r.ResponseID), r.ResponseID, len(want))
+	}
+}
+
 func TestAuth(t *testing.T) {
 	up := newTranscriptUpstream(t, "")
 	up.ctype, up.rawBody = "application/json", nonStreamBody
