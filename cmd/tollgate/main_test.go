@@ -3,13 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/tollgate-dev/tollgate/internal/billing"
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -244,7 +248,7 @@ func TestRequestsCLI(t *testing.T) {
 	}
 
 	out, _, err = runCmd(t, "requests", "show", "--db", db, newest.RequestID)
-	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID} {
+	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID, newest.ParentSpanID, newest.ResponseID} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("show lacks %q (err %v):\n%s", want, err, out)
 		}
@@ -405,37 +409,131 @@ func TestTokensCountGolden(t *testing.T) {
 }
 
 // TestServeExportsTraces: with trace_export set, serve sends the request's
-// span (protobuf OTLP/HTTP) and flushes it on shutdown.
+// span over OTLP/HTTP (gzipped protobuf) and flushes it on shutdown. The
+// span continues the caller's trace as a child of the caller's span (the
+// client's traceparent), with the GenAI attributes of the upstream it
+// went to, the engine's response id and the session as conversation.
 func TestServeExportsTraces(t *testing.T) {
-	got := make(chan string, 16)
-	otlpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got <- fmt.Sprintf("%s %s %d", r.URL.Path, r.Header.Get("Content-Type"), len(b))
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer otlpSrv.Close()
+	otlpURL, exports := otlpReceiver(t)
 	up := startSimServer(t, sim.Config{})
+	upURL, _ := url.Parse(up)
 	cfg := shutdownConfig(t, up, 5*time.Second)
-	cfg.TraceExport.Endpoint = otlpSrv.URL
+	cfg.TraceExport.Endpoint = otlpURL
 	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = "", ""
 	addr, cancel, wait := startServe(t, cfg)
-	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+
+	const traceID, caller = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
 		strings.NewReader(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Traceparent", "00-"+traceID+"-"+caller+"-01")
+	req.Header.Set(cfg.Headers.Session, "conv-7")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	id := resp.Header.Get("X-Tollgate-Request-Id")
 	cancel()
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+
+	var span ptrace.Span
 	select {
-	case s := <-got:
-		if !strings.HasPrefix(s, "/v1/traces application/x-protobuf") {
-			t.Errorf("export = %q", s)
+	case td := <-exports:
+		var n int
+		rss := td.ResourceSpans()
+		for i := range rss.Len() {
+			sss := rss.At(i).ScopeSpans()
+			for j := range sss.Len() {
+				spans := sss.At(j).Spans()
+				for k := range spans.Len() {
+					if s := spans.At(k); s.Kind() == ptrace.SpanKindClient {
+						span, n = s, n+1
+					}
+				}
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d request spans exported, want 1", n)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no span exported")
 	}
+	if got := span.TraceID().String(); got != traceID {
+		t.Errorf("trace id %s, want the caller's %s", got, traceID)
+	}
+	if got := span.ParentSpanID().String(); got != caller {
+		t.Errorf("parent span id %q, want the caller's span %s", got, caller)
+	}
+	port, _ := strconv.Atoi(upURL.Port())
+	want := map[string]any{
+		"gen_ai.request.model":   "Qwen/Qwen3-8B",
+		"gen_ai.response.id":     "chatcmpl-" + id, // the simulated engine, like vLLM, names its answer after X-Request-Id
+		"gen_ai.conversation.id": "conv-7",
+		"server.address":         upURL.Hostname(),
+		"server.port":            int64(port),
+		"tollgate.request_id":    id,
+	}
+	attrs := span.Attributes().AsRaw()
+	for k, v := range want {
+		if attrs[k] != v {
+			t.Errorf("%s = %v, want %v", k, attrs[k], v)
+		}
+	}
+
+	// The ledger row is the span: the same ids, the caller's span kept.
+	recs := allRequests(t, cfg.Store.SQLite.Path)
+	if len(recs) != 1 {
+		t.Fatalf("%d ledger rows, want 1", len(recs))
+	}
+	r := recs[0]
+	if r.SpanID != span.SpanID().String() || r.ParentSpanID != caller || r.ResponseID != want["gen_ai.response.id"] {
+		t.Errorf("ledger span %s parent %q response %q; exported span %s", r.SpanID, r.ParentSpanID, r.ResponseID, span.SpanID())
+	}
+}
+
+// otlpReceiver is an OTLP/HTTP trace receiver that decodes exports with
+// the OpenTelemetry Collector's pdata (ptraceotlp), as a collector does:
+// each export's spans arrive on the channel. It takes what a collector's
+// OTLP/HTTP receiver takes from an SDK: protobuf on /v1/traces, gzipped
+// or not.
+func otlpReceiver(t *testing.T) (string, <-chan ptrace.Traces) {
+	t.Helper()
+	exports := make(chan ptrace.Traces, 64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "want a protobuf POST to /v1/traces", http.StatusUnsupportedMediaType)
+			return
+		}
+		body := io.Reader(r.Body)
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		b, err := io.ReadAll(body)
+		req := ptraceotlp.NewExportRequest()
+		if err == nil {
+			err = req.UnmarshalProto(b)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, _ := ptraceotlp.NewExportResponse().MarshalProto()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+		select {
+		case exports <- req.Traces():
+		default:
+			t.Errorf("more than %d exports", cap(exports))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, exports
 }

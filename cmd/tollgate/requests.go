@@ -156,11 +156,17 @@ func printReport(w io.Writer, r *record.Record) {
 		kv("tags", r.Tags)
 	}
 	kv("trace id", r.TraceID)
+	if r.ParentSpanID != "" {
+		kv("caller's span", r.ParentSpanID)
+	}
 	if r.ClientRequestID != "" {
 		kv("client request id", r.ClientRequestID)
 	}
 	kv("model", fmt.Sprintf("%s (served as %s)", r.Model, dash(r.ServedModel)))
 	kv("upstream", fmt.Sprintf("%s (%s)", dash(r.Upstream), dash(r.Engine)))
+	if r.ResponseID != "" {
+		kv("response id", r.ResponseID)
+	}
 
 	section("Input")
 	kv("endpoint", r.Endpoint)

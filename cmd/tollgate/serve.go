@@ -504,9 +504,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// alerting windows, then trace export (the gateway observes its own
 	// metrics first).
 	observers := []gateway.Observer{{Name: "windows", Observe: win.Observe}}
-	// Trace export: a span per request, to any OTLP backend, when set.
+	// Trace export: a span per request, to any OTLP backend, when set;
+	// the upstreams' URLs give the spans their server.address and port.
 	if te := cfg.TraceExport; te.Endpoint != "" {
-		ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio},
+		ups := make(map[string]string, len(cfg.Upstreams))
+		for _, u := range cfg.Upstreams {
+			ups[u.Name] = u.URL
+		}
+		ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio, Upstreams: ups},
 			log.With("component", "trace-export"))
 		if err != nil {
 			stopWriter()

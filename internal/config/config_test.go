@@ -3,11 +3,13 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
 )
@@ -46,6 +48,7 @@ func TestBadConfigs(t *testing.T) {
 		"priority_typo.bad.yml":           "admission.priorities.biz_line: unknown key (line 3)",
 		"alert_bad_signal.bad.yml":        `alerts.rules[0].signal: unknown signal "ttft_p98"; one of ` + signalNames(),
 		"alert_typo.bad.yml":              "alerts.rules[0].treshold: unknown key (line 5)",
+		"alert_baseline_typo.bad.yml":     "alerts.rules[0].baseline.critcal: unknown key (line 5)",
 		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
 		"bad_durability.bad.yml":          `store.durability: must be queue, memory or off; got "none"`,
 		"bad_backend.bad.yml":             `store.backend: must be sqlite or clickhouse; got "postgres"`,
@@ -121,6 +124,100 @@ func TestFullConfig(t *testing.T) {
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)
+	}
+}
+
+// TestBaselineFactors: a baseline rule's factors live in an inline
+// struct (alert.Baseline's Levels); set in the file, they are the rule's
+// levels in the engine, not the defaults.
+func TestBaselineFactors(t *testing.T) {
+	cfg, err := Parse([]byte(`alerts:
+  defaults: false
+  rules:
+    - name: slow
+      signal: ttft_p99
+      baseline: {previous: 30m, warning: 2, critical: 4}
+    - name: cache_drop
+      signal: requests
+      below: true
+      baseline: {same_hour_days: 7, warning: 0.5, critical: 0.2}
+    - name: defaulted
+      signal: e2e_p95
+      baseline: {previous: 1h}
+`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []alert.Baseline
+	for _, r := range alert.NewEngine(cfg.Alerts, nil, alert.Options{}).Rules() {
+		got = append(got, *r.Baseline)
+	}
+	want := []alert.Baseline{
+		{Previous: 30 * time.Minute, Levels: alert.Levels{Warning: 2, Critical: 4}},
+		{SameHourDays: 7, Levels: alert.Levels{Warning: 0.5, Critical: 0.2}},
+		{Previous: time.Hour, Levels: alert.Levels{Warning: 1.5, Critical: 3}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the engine's baselines (-want +got):\n%s", diff)
+	}
+}
+
+// TestKeysAsYAMLDecodes holds checkKeys to the decoder it guards: on
+// every struct shape yaml.v3 decodes (tags, untagged fields, ",inline"
+// structs by value, by pointer and nested, an ",inline" map), a document
+// passes the check exactly when yaml.v3's strict decoding (KnownFields)
+// takes it.
+func TestKeysAsYAMLDecodes(t *testing.T) {
+	type Deep struct {
+		D int `yaml:"d"`
+	}
+	type Levels struct {
+		W    int `yaml:"w"`
+		Deep `yaml:",inline"`
+	}
+	type Ptr struct {
+		P int `yaml:"p"`
+	}
+	type leaf struct {
+		X int `yaml:"x"`
+	}
+	type shape struct {
+		Name     string `yaml:"name"`
+		Untagged int
+		Skipped  int `yaml:"-"`
+		Levels   `yaml:",inline"`
+		*Ptr     `yaml:",inline"`
+	}
+	type open struct {
+		Name string          `yaml:"name"`
+		Rest map[string]leaf `yaml:",inline"`
+	}
+	for _, c := range []struct {
+		typ reflect.Type
+		doc string
+	}{
+		{reflect.TypeFor[shape](), `{name: a, w: 1, d: 2, p: 3, untagged: 4}`},
+		{reflect.TypeFor[shape](), `{w: 1, e: 2}`},
+		{reflect.TypeFor[shape](), `{Untagged: 4}`},
+		{reflect.TypeFor[shape](), `{skipped: 1}`},
+		{reflect.TypeFor[shape](), `{levels: {w: 1}}`},
+		{reflect.TypeFor[shape](), `{deep: {d: 1}}`},
+		{reflect.TypeFor[shape](), `{ptr: {p: 1}}`},
+		{reflect.TypeFor[open](), `{name: a, b: {x: 1}, c: {x: 2}}`},
+		{reflect.TypeFor[open](), `{name: a, b: {y: 1}}`},
+		{reflect.TypeFor[open](), `{rest: {b: {x: 1}}}`},
+	} {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(c.doc), &n); err != nil {
+			t.Fatal(err)
+		}
+		checkErr := checkKeys(n.Content[0], c.typ, "")
+		dec := yaml.NewDecoder(strings.NewReader(c.doc))
+		dec.KnownFields(true)
+		decErr := dec.Decode(reflect.New(c.typ).Interface())
+		if (checkErr == nil) != (decErr == nil) {
+			t.Errorf("%s %s: checkKeys says %v, yaml.v3 says %v", c.typ.Name(), c.doc, checkErr, decErr)
+		}
 	}
 }
 

@@ -115,14 +115,17 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 			}
 			return fmt.Errorf("%s: expected a mapping (line %d)", orRoot(path), n.Line)
 		}
-		fields := yamlFields(t)
+		keys := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			f, ok := fields[k.Value]
-			if !ok {
+			ft := keys.rest
+			if f, ok := keys.fields[k.Value]; ok {
+				ft = f.Type
+			}
+			if ft == nil {
 				return fmt.Errorf("%s: unknown key (line %d)", join(path, k.Value), k.Line)
 			}
-			if err := checkKeys(v, f.Type, join(path, k.Value)); err != nil {
+			if err := checkKeys(v, ft, join(path, k.Value)); err != nil {
 				return err
 			}
 		}
@@ -158,17 +161,55 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 
 var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 
-func yamlFields(t reflect.Type) map[string]reflect.StructField {
-	m := make(map[string]reflect.StructField, t.NumField())
+// structKeys are the keys a struct takes in YAML.
+type structKeys struct {
+	fields map[string]reflect.StructField
+	// rest is the value type of the struct's ",inline" map, which takes
+	// every other key; nil without one.
+	rest reflect.Type
+}
+
+// yamlFields reads a struct's keys the way yaml.v3 does (getStructInfo),
+// so that the check accepts exactly what the decoder fills: the name in
+// the yaml tag, else the lower-cased field name; the keys of an ",inline"
+// struct as the struct's own, at any depth (alert.Baseline's factors are
+// its inline Levels); and with an ",inline" map, any other key.
+func yamlFields(t reflect.Type) structKeys {
+	keys := structKeys{fields: make(map[string]reflect.StructField, t.NumField())}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
+		if !f.IsExported() && !f.Anonymous {
 			continue
 		}
-		m[name] = f
+		tag := f.Tag.Get("yaml")
+		if tag == "" && !strings.Contains(string(f.Tag), ":") {
+			tag = string(f.Tag) // yaml.v3 reads an untagged `name` the same
+		}
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if slices.Contains(strings.Split(opts, ","), "inline") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch ft.Kind() {
+			case reflect.Struct:
+				for k, sf := range yamlFields(ft).fields {
+					keys.fields[k] = sf
+				}
+			case reflect.Map:
+				keys.rest = ft.Elem()
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		keys.fields[name] = f
 	}
-	return m
+	return keys
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)

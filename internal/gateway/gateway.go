@@ -264,7 +264,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	if !ok {
 		tc = newTrace()
 	}
-	rec.TraceID, rec.SpanID = tc.TraceID, tc.SpanID
+	rec.TraceID, rec.SpanID, rec.ParentSpanID = tc.TraceID, tc.SpanID, tc.Parent
 	w.Header().Set("X-Request-Id", cmp.Or(rec.ClientRequestID, id))
 	w.Header().Set(TollgateRequestIDHeader, id)
 
@@ -382,7 +382,7 @@ func (g *Gateway) answerFromCache(w http.ResponseWriter, rec *record.Record, e *
 	n, err := w.Write(e.body)
 	rec.ResponseBytes = int64(n)
 	if pr, perr := usage.ParseResponse(e.body); perr == nil {
-		rec.FinishReason = pr.FinishReason
+		rec.FinishReason, rec.ResponseID = pr.FinishReason, responseID(pr.ID)
 	}
 	at := since()
 	rec.Marks.FirstClientToken, rec.Marks.LastToken, rec.Marks.End = at, at, at
@@ -398,7 +398,7 @@ func (g *Gateway) answerFromCache(w http.ResponseWriter, rec *record.Record, e *
 func retryRecord(first *record.Record, i int) *record.Record {
 	n := &record.Record{
 		LogicalRequestID: first.LogicalRequestID, ClientRequestID: first.ClientRequestID, Attempt: i + 1, Retries: i,
-		TraceID: first.TraceID, SpanID: newSpanID(),
+		TraceID: first.TraceID, SpanID: newSpanID(), ParentSpanID: first.ParentSpanID,
 		UserID: first.UserID, KeyID: first.KeyID, Team: first.Team, BizLine: first.BizLine,
 		SessionID: first.SessionID, TemplateID: first.TemplateID, Tags: first.Tags,
 		Endpoint: first.Endpoint, Model: first.Model,

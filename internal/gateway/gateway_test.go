@@ -98,8 +98,31 @@ func TestTraceparentContinued(t *testing.T) {
 	if want := "00-" + tid + "-" + r.SpanID + "-01"; h.Get("Traceparent") != want {
 		t.Errorf("upstream traceparent = %q, want %q (gateway span as parent)", h.Get("Traceparent"), want)
 	}
+	// The client's span is the gateway span's parent: trace export makes
+	// the gateway's span its child, not a second root beside it.
+	if r.ParentSpanID != "00f067aa0ba902b7" || r.SpanID == r.ParentSpanID {
+		t.Errorf("parent span id = %q (span %q), want the client's 00f067aa0ba902b7", r.ParentSpanID, r.SpanID)
+	}
+	if r.ResponseID != "chatcmpl-1" {
+		t.Errorf("response id = %q, want the engine's chatcmpl-1", r.ResponseID)
+	}
 	if r.ClientRequestID != "client-id-1" || resp.Header.Get("X-Request-Id") != "client-id-1" {
 		t.Errorf("client request id not kept: record %q, echoed %q", r.ClientRequestID, resp.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestResponseIDBounded: the engine's id of its answer is kept as a
+// client's identifiers are, valid UTF-8 of at most MaxIdentifier bytes,
+// for the engine is no more trusted to keep it short.
+func TestResponseIDBounded(t *testing.T) {
+	up := newTranscriptUpstream(t, "")
+	long := strings.Repeat("é", 200) + "\xff"
+	up.ctype, up.rawBody = "application/json", strings.Replace(nonStreamBody, `"id":"chatcmpl-1"`, `"id":"`+long+`"`, 1)
+	tg := newTestGateway(t, testConfig(up.URL()))
+	readAll(t, post(t, tg.URL+"/v1/chat/completions", chatReq, nil))
+	r := tg.next(t)
+	if want := strings.Repeat("é", MaxIdentifier/2); r.ResponseID != want {
+		t.Errorf("response id of %d bytes kept as %d bytes %q, want the first %d", len(long), len(r.ResponseID), r.ResponseID, len(want))
 	}
 }
 
@@ -296,8 +319,10 @@ func TestRetries(t *testing.T) {
 			tg := newTestGateway(t, cfg)
 			// The router rotates its starting upstream; send until one
 			// request starts at "first".
+			const caller = "00f067aa0ba902b7"
 			for range 4 {
-				resp := post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
+				resp := post(t, tg.URL+"/v1/chat/completions", chatReq, map[string]string{
+					"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-" + caller + "-01"})
 				if b := readAll(t, resp); resp.StatusCode != 200 {
 					t.Fatalf("status %d: %s", resp.StatusCode, b)
 				}
@@ -314,6 +339,10 @@ func TestRetries(t *testing.T) {
 				}
 				if r1.LogicalRequestID != r2.LogicalRequestID || r1.RequestID == r2.RequestID {
 					t.Errorf("ids: %q/%q and %q/%q", r1.RequestID, r1.LogicalRequestID, r2.RequestID, r2.LogicalRequestID)
+				}
+				// Each attempt is its own span, a child of the caller's.
+				if r1.ParentSpanID != caller || r2.ParentSpanID != caller || r1.SpanID == r2.SpanID {
+					t.Errorf("spans %s and %s, parents %q and %q: want two spans under %s", r1.SpanID, r2.SpanID, r1.ParentSpanID, r2.ParentSpanID, caller)
 				}
 				if r1.Usage.Total() != 0 || r2.Usage.Total() != 12 {
 					t.Errorf("usage: failed attempt %d, good attempt %d tokens", r1.Usage.Total(), r2.Usage.Total())

@@ -250,6 +250,9 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 				if rec.ServedModel == "" {
 					rec.ServedModel = c.Model
 				}
+				if rec.ResponseID == "" {
+					rec.ResponseID = responseID(c.ID)
+				}
 				if c.Usage != nil {
 					rec.Usage = *c.Usage
 				}
@@ -423,7 +426,7 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 			ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream "+rec.Upstream+" sent a response that is not valid JSON")
 			return
 		}
-		rec.ServedModel, rec.FinishReason = pr.Model, pr.FinishReason
+		rec.ServedModel, rec.FinishReason, rec.ResponseID = pr.Model, pr.FinishReason, responseID(pr.ID)
 		if et := engineFromBody(body); et != nil {
 			rec.EngineTiming = et
 		} else if rec.Engine == "tgi" {

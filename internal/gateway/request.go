@@ -236,9 +236,10 @@ func stripUsageNull(data []byte) []byte {
 }
 
 // traceContext is the W3C trace context of a request: the trace continued
-// from the client's traceparent or started here, and the gateway's span.
+// from the client's traceparent or started here, the gateway's span, and
+// its parent, the client's span ("" for a trace started here).
 type traceContext struct {
-	TraceID, SpanID, Flags string
+	TraceID, SpanID, Parent, Flags string
 }
 
 func (t traceContext) header() string { return "00-" + t.TraceID + "-" + t.SpanID + "-" + t.Flags }
@@ -258,7 +259,7 @@ func parseTraceparent(v string) (traceContext, bool) {
 	if strings.Trim(tid, "0") == "" || strings.Trim(v[36:52], "0") == "" {
 		return traceContext{}, false
 	}
-	return traceContext{TraceID: tid, SpanID: newSpanID(), Flags: flags}, true
+	return traceContext{TraceID: tid, SpanID: newSpanID(), Parent: v[36:52], Flags: flags}, true
 }
 
 func isLowerHex(s string) bool {
@@ -395,3 +396,8 @@ func parseTags(name, v string) (map[string]string, *apiError) {
 	}
 	return tags, bad
 }
+
+// responseID is the engine's id of its answer as the Record keeps it:
+// valid UTF-8 and at most MaxIdentifier bytes, for the engine chooses it
+// as freely as a client chooses its identifiers.
+func responseID(id string) string { return boundedPrefix(id, MaxIdentifier) }

@@ -64,13 +64,13 @@ const (
 
 // strs lists the string fields in the binary form's order. The encoder
 // and the decoder share it, so they cannot drift apart.
-func (r *Record) strs() [23]*string {
+func (r *Record) strs() [25]*string {
 	return [...]*string{&r.RequestID, &r.LogicalRequestID, &r.TraceID, &r.SpanID, &r.UserID, &r.KeyID, &r.Team,
 		&r.BizLine, &r.SessionID, &r.TemplateID, &r.Endpoint, &r.Model, &r.ServedModel,
 		&r.Upstream, &r.Engine, &r.PromptSHA256, &r.ErrorType, &r.ErrorMessage,
 		&r.FinishReason, (*string)(&r.Usage.Source), &r.Cost.Currency, &r.Cost.PriceVersion,
 		// v2
-		&r.ClientRequestID}
+		&r.ClientRequestID, &r.ParentSpanID, &r.ResponseID}
 }
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the

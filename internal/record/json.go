@@ -19,6 +19,7 @@ type jsonRecord struct {
 	Attempt          int               `json:"attempt"`
 	TraceID          string            `json:"trace_id"`
 	SpanID           string            `json:"span_id,omitempty"`
+	ParentSpanID     string            `json:"parent_span_id,omitempty"`
 	UserID           string            `json:"user_id"`
 	KeyID            string            `json:"key_id,omitempty"`
 	Team             string            `json:"team,omitempty"`
@@ -47,6 +48,7 @@ type jsonRecord struct {
 	ErrorType        string `json:"error_type"`
 	ErrorMessage     string `json:"error_message,omitempty"`
 	FinishReason     string `json:"finish_reason"`
+	ResponseID       string `json:"response_id,omitempty"`
 	ResponseBytes    int64  `json:"response_bytes"`
 	ContentChunks    int    `json:"content_chunks,omitempty"`
 	FirstChunkBytes  int    `json:"first_chunk_bytes,omitempty"`
@@ -184,14 +186,14 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 	d := r.Derived
 	j := jsonRecord{
 		RequestID: r.RequestID, LogicalRequestID: r.LogicalRequestID, ClientRequestID: r.ClientRequestID, Attempt: r.Attempt,
-		TraceID: r.TraceID, SpanID: r.SpanID, UserID: r.UserID, KeyID: r.KeyID, Team: r.Team,
+		TraceID: r.TraceID, SpanID: r.SpanID, ParentSpanID: r.ParentSpanID, UserID: r.UserID, KeyID: r.KeyID, Team: r.Team,
 		BizLine: r.BizLine, SessionID: r.SessionID, TemplateID: r.TemplateID, Tags: r.Tags,
 		Endpoint: r.Endpoint, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
 		Stream: r.Stream, IncludeUsage: r.IncludeUsage, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
 		TopP: r.TopP, PromptSHA256: r.PromptSHA256, PromptBytes: r.PromptBytes, Messages: r.Messages,
 		RequestBytes: r.RequestBytes,
 		Status:       r.Status, UpstreamStatus: r.UpstreamStatus, ErrorType: r.ErrorType, ErrorMessage: r.ErrorMessage,
-		FinishReason: r.FinishReason, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
+		FinishReason: r.FinishReason, ResponseID: r.ResponseID, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
 		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
 		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
 		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
@@ -235,14 +237,14 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	m := j.Timing.Marks
 	*r = Record{
 		RequestID: j.RequestID, LogicalRequestID: j.LogicalRequestID, ClientRequestID: j.ClientRequestID, Attempt: j.Attempt,
-		TraceID: j.TraceID, SpanID: j.SpanID, UserID: j.UserID, KeyID: j.KeyID, Team: j.Team,
+		TraceID: j.TraceID, SpanID: j.SpanID, ParentSpanID: j.ParentSpanID, UserID: j.UserID, KeyID: j.KeyID, Team: j.Team,
 		BizLine: j.BizLine, SessionID: j.SessionID, TemplateID: j.TemplateID, Tags: j.Tags,
 		Endpoint: j.Endpoint, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,
 		Stream: j.Stream, IncludeUsage: j.IncludeUsage, MaxTokens: j.MaxTokens, Temperature: j.Temperature,
 		TopP: j.TopP, PromptSHA256: j.PromptSHA256, PromptBytes: j.PromptBytes, Messages: j.Messages,
 		RequestBytes: j.RequestBytes,
 		Status:       j.Status, UpstreamStatus: j.UpstreamStatus, ErrorType: j.ErrorType, ErrorMessage: j.ErrorMessage,
-		FinishReason: j.FinishReason, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
+		FinishReason: j.FinishReason, ResponseID: j.ResponseID, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
 		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
 		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled, CacheHit: j.CacheHit,
 		Usage: j.Usage, Timeline: j.TokenTimeline,

@@ -179,6 +179,7 @@ type Record struct {
 	Attempt          int               // 1-based
 	TraceID          string            // W3C trace id (32 hex)
 	SpanID           string            // the gateway's span, sent upstream as parent
+	ParentSpanID     string            // the client's span from its traceparent, the gateway span's parent; "" when it sent none
 	UserID           string            //
 	KeyID            string            // short hash of the API key, never the key
 	Team             string            //
@@ -214,6 +215,7 @@ type Record struct {
 	ErrorType        string
 	ErrorMessage     string // gateway-written, never upstream text that could echo a prompt
 	FinishReason     string
+	ResponseID       string // the engine's id of its answer (e.g. chatcmpl-…), as it sent it
 	ResponseBytes    int64
 	ContentChunks    int
 	ClientDisconnect bool

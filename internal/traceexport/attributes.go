@@ -37,7 +37,12 @@ func provider(engine string) string {
 // requestAttributes are the request span's attributes beyond those given
 // at its start. Never the user id, the key (or its hash), the prompt or its
 // hash, nor free-form tags: a trace backend is readable by more people
-// than the ledger.
+// than the ledger. The session id is kept, as gen_ai.conversation.id: it
+// is what ties a conversation's requests together, which is what a trace
+// backend is for.
+//
+// Cache writes (gen_ai.usage.cache_creation.input_tokens) are not set: the
+// Record counts cache reads only.
 func requestAttributes(r *record.Record) []attribute.KeyValue {
 	a := make([]attribute.KeyValue, 0, 40)
 	str := func(k, v string) {
@@ -54,6 +59,12 @@ func requestAttributes(r *record.Record) []attribute.KeyValue {
 	// GenAI conventions.
 	if r.ServedModel != "" {
 		a = append(a, semconv.GenAIResponseModel(r.ServedModel))
+	}
+	if r.ResponseID != "" {
+		a = append(a, semconv.GenAIResponseID(r.ResponseID))
+	}
+	if r.SessionID != "" {
+		a = append(a, semconv.GenAIConversationID(r.SessionID))
 	}
 	if r.FinishReason != "" {
 		a = append(a, semconv.GenAIResponseFinishReasons(r.FinishReason))

@@ -299,7 +299,7 @@ func TestJaeger(t *testing.T) {
 	bin := jaegerBinary(t)
 	otlpURL, queryURL := startJaeger(t, bin)
 
-	e, err := New(context.Background(), Config{Endpoint: otlpURL}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	e, err := New(context.Background(), Config{Endpoint: otlpURL, Upstreams: upstreams}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +318,9 @@ func TestJaeger(t *testing.T) {
 			t.Errorf("service %q", service)
 		}
 		req, children := jaegerSplit(t, spans, ok.SpanID)
-		if req.Name != "chat Qwen/Qwen3-8B" || req.Kind != 3 || req.ParentSpanID != "" || req.TraceID != ok.TraceID {
-			t.Errorf("request span %+v", req)
+		// A child of the client's span: Jaeger nests it under the caller.
+		if req.Name != "chat Qwen/Qwen3-8B" || req.Kind != 3 || req.ParentSpanID != ok.ParentSpanID || req.TraceID != ok.TraceID {
+			t.Errorf("request span %+v, want a CLIENT span under %s in trace %s", req, ok.ParentSpanID, ok.TraceID)
 		}
 		if nanos(req.Start) != ok.Arrival.UnixNano() {
 			t.Errorf("start %s, want %d", req.Start, ok.Arrival.UnixNano())
@@ -335,7 +336,9 @@ func TestJaeger(t *testing.T) {
 			"gen_ai.usage.cache_read.input_tokens": int64(64),
 			"gen_ai.response.finish_reasons":       []string{"stop"},
 			"gen_ai.response.time_to_first_chunk":  0.208,
-			"tollgate.request_id":                  "req-1", "tollgate.biz_line": "assistant",
+			"gen_ai.response.id":                   "chatcmpl-9f1c", "gen_ai.conversation.id": "conv-42",
+			"server.address": "10.0.0.7", "server.port": int64(8000),
+			"tollgate.request_id": "req-1", "tollgate.biz_line": "assistant",
 			"tollgate.status": int64(200), "tollgate.usage_source": "engine", "tollgate.ttft_ms": 208.0,
 		} {
 			if !gocmp.Equal(a[k], want) {
@@ -363,6 +366,9 @@ func TestJaeger(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		_, spans := queryTrace(t, queryURL, bad.TraceID, 3)
 		req, children := jaegerSplit(t, spans, bad.SpanID)
+		if req.ParentSpanID != "" {
+			t.Errorf("parent %s, want none: the client sent no traceparent", req.ParentSpanID)
+		}
 		a := attrsOf(req.Attributes)
 		if req.Status.Code != 2 || req.Status.Message != "upstream answered 503" || a["error.type"] != "upstream_error" {
 			t.Errorf("status %+v, error.type %v: want Error, upstream_error", req.Status, a["error.type"])

@@ -19,17 +19,22 @@
 // the shape trace backends expect across a process boundary. It runs from
 // arrival to response end (E2E) so that, like the conventions ask, it covers
 // the whole operation as the application saw it, gateway queue included.
-// Its parent is none: the gateway keeps the client's trace id but not the
-// client's span id, so the span is a root of the client's trace. Keeping
-// the client's span id on the Record would let it nest under the caller.
+// Its parent is the client's span (Record.ParentSpanID, from the client's
+// traceparent), as a remote parent, so the request nests under the caller
+// in the caller's trace; a request that came without a traceparent starts
+// the trace and its span is the root.
 //
 // The SDK gives no way to choose a span's ids through the tracer API. The
 // cleanest seam is the SDK's IDGenerator: Export puts the Record's ids in the
 // context it starts the span with, and idGenerator returns them (random ids
 // otherwise). The span then goes through the ordinary path: sampler, span
-// limits, the batch span processor. The alternatives are worse: a fake
-// remote parent gives the right trace id but a parent that does not exist,
-// and hand-built ReadOnlySpans skip the sampler and the span limits.
+// limits, the batch span processor. Hand-built ReadOnlySpans would skip the
+// sampler and the span limits.
+//
+// Sampling is by trace id (SampleRatio), for a span under a caller's as
+// for a root, so that every replica and every attempt of a request decide
+// alike. The caller's sampled flag is not followed: the Record does not
+// keep it, and a trace-id ratio is what the caller's own SDK uses.
 //
 // # Segment spans
 //
@@ -51,6 +56,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,13 +86,17 @@ type Config struct {
 	// SampleRatio is the share of traces exported, by trace id, so that
 	// every replica and every attempt of a request decide alike; 1 when 0.
 	SampleRatio float64
+	// Upstreams are the upstreams' base URLs by name (Record.Upstream):
+	// the request span's server.address and server.port.
+	Upstreams map[string]string
 }
 
 // Exporter turns Records into spans. Safe for concurrent use.
 type Exporter struct {
-	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
-	log    *slog.Logger
+	tp      *sdktrace.TracerProvider
+	tracer  trace.Tracer
+	log     *slog.Logger
+	servers map[string][]attribute.KeyValue // server.address and server.port by upstream name
 }
 
 const scopeName = "github.com/tollgate-dev/tollgate/internal/traceexport"
@@ -131,17 +141,50 @@ func newExporter(cfg Config, log *slog.Logger, exp sdktrace.SpanExporter, bopts 
 		semconv.TelemetrySDKLanguageGo,
 		semconv.TelemetrySDKVersion(sdk.Version()),
 	)
+	// The segments follow the request span (a local parent); the request
+	// span is judged by its trace id, under a caller's span or not.
+	ratio := sdktrace.TraceIDRatioBased(cfg.SampleRatio)
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithIDGenerator(idGenerator{}),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+		sdktrace.WithSampler(sdktrace.ParentBased(ratio,
+			sdktrace.WithRemoteParentSampled(ratio), sdktrace.WithRemoteParentNotSampled(ratio))),
 		sdktrace.WithBatcher(&loggedExporter{SpanExporter: exp, log: log}, bopts...),
 	)
-	return &Exporter{
-		tp:     tp,
-		tracer: tp.Tracer(scopeName, trace.WithSchemaURL(semconv.SchemaURL)),
-		log:    log,
+	servers := make(map[string][]attribute.KeyValue, len(cfg.Upstreams))
+	for name, base := range cfg.Upstreams {
+		if a := serverAttributes(base); a != nil {
+			servers[name] = a
+		}
 	}
+	return &Exporter{
+		tp:      tp,
+		tracer:  tp.Tracer(scopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		log:     log,
+		servers: servers,
+	}
+}
+
+// serverAttributes are server.address and server.port of an upstream's
+// base URL, the port implied by the scheme when the URL has none; nil for
+// a URL without a host.
+func serverAttributes(base string) []attribute.KeyValue {
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		switch u.Scheme {
+		case "http":
+			port = 80
+		case "https":
+			port = 443
+		default:
+			return []attribute.KeyValue{semconv.ServerAddress(u.Hostname())}
+		}
+	}
+	return []attribute.KeyValue{semconv.ServerAddress(u.Hostname()), semconv.ServerPort(port)}
 }
 
 // tracesURL turns the configured base URL into the traces endpoint, the way
@@ -169,6 +212,12 @@ func (e *Exporter) Export(r *record.Record) {
 	sid, serr := trace.SpanIDFromHex(r.SpanID)
 	if terr == nil && serr == nil {
 		ctx = context.WithValue(ctx, idsKey{}, ids{trace: tid, span: sid})
+		// Under the caller's span. The SDK then asks idGenerator for a
+		// span id alone, in the parent's trace, which is the Record's.
+		if pid, err := trace.SpanIDFromHex(r.ParentSpanID); err == nil && pid.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: tid, SpanID: pid, Remote: true}))
+		}
 	} else {
 		e.log.Debug("record without valid trace ids; the span gets random ones",
 			"request_id", r.RequestID, "trace_id", r.TraceID, "span_id", r.SpanID)
@@ -182,6 +231,9 @@ func (e *Exporter) Export(r *record.Record) {
 	first := []attribute.KeyValue{semconv.GenAIOperationNameKey.String(op), semconv.GenAIRequestModel(r.Model)}
 	if r.Engine != "" {
 		first = append(first, semconv.GenAIProviderNameKey.String(provider(r.Engine)))
+	}
+	if !r.CacheHit { // a cache hit went to no upstream
+		first = append(first, e.servers[r.Upstream]...)
 	}
 	_, span := e.tracer.Start(ctx, spanName(op, r.Model),
 		trace.WithSpanKind(trace.SpanKindClient),
@@ -261,8 +313,7 @@ func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 }
 
 // NewSpanID is called for a span with a parent in its context: a segment,
-// or (should the client's span id be kept one day) the request span under
-// the client's span.
+// or the request span under the client's span.
 func (idGenerator) NewSpanID(ctx context.Context, traceID trace.TraceID) trace.SpanID {
 	if v, ok := ctx.Value(idsKey{}).(ids); ok && v.trace == traceID {
 		return v.span

@@ -33,14 +33,19 @@ const msec = time.Millisecond
 
 var arrival = time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 
+// upstreams is the exporter's view of the configured upstreams.
+var upstreams = map[string]string{"gpu-a": "http://10.0.0.7:8000/v1", "cpu-b": "https://llama.internal/v1"}
+
 // streamed is a finished streamed chat request that vLLM served and timed:
-// sent at 5ms, first token at 207ms, last at 1207ms, end at 1230ms.
+// sent at 5ms, first token at 207ms, last at 1207ms, end at 1230ms. The
+// client sent a traceparent: its span is the parent.
 func streamed() *record.Record {
 	maxTokens, temp := int64(256), 0.7
 	r := &record.Record{
 		RequestID: "req-1", LogicalRequestID: "req-1", Attempt: 1,
-		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", ParentSpanID: "53995c3f42cd8ad8",
 		UserID: "alice@example.com", KeyID: "k_5f2c", Team: "search", BizLine: "assistant", TemplateID: "tpl-7",
+		SessionID: "conv-42", ResponseID: "chatcmpl-9f1c",
 		Tags: map[string]string{"app": "secret-project"}, PromptSHA256: "9f86d081884c7d659a2feaa0c55ad015",
 		Endpoint: "chat", Model: "Qwen/Qwen3-8B", ServedModel: "Qwen/Qwen3-8B-FP8", Upstream: "gpu-a", Engine: "vllm",
 		Stream: true, MaxTokens: &maxTokens, Temperature: &temp, PromptBytes: 512, RequestBytes: 700,
@@ -58,7 +63,8 @@ func streamed() *record.Record {
 	return r
 }
 
-// failed is an attempt the upstream answered with a 503 after 40ms.
+// failed is an attempt the upstream answered with a 503 after 40ms; the
+// client sent no traceparent, so its span is the trace's root.
 func failed() *record.Record {
 	r := &record.Record{
 		RequestID: "req-2", LogicalRequestID: "req-2", Attempt: 1,
@@ -119,7 +125,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 }
 
 func TestRequestSpan(t *testing.T) {
-	e, mem := newTest(t, Config{})
+	e, mem := newTest(t, Config{Upstreams: upstreams})
 	r := streamed()
 	e.Export(r)
 	req, _ := split(t, spans(t, e, mem))
@@ -133,8 +139,9 @@ func TestRequestSpan(t *testing.T) {
 	if got := req.SpanContext.SpanID().String(); got != r.SpanID {
 		t.Errorf("span id %s, want %s (the one sent upstream)", got, r.SpanID)
 	}
-	if req.Parent.IsValid() {
-		t.Errorf("parent %v, want none", req.Parent)
+	// A child of the client's span, in the client's trace.
+	if got := req.Parent.SpanID().String(); got != r.ParentSpanID || req.Parent.TraceID().String() != r.TraceID || !req.Parent.IsRemote() {
+		t.Errorf("parent %v (span %s), want the client's remote span %s", req.Parent, got, r.ParentSpanID)
 	}
 	if !req.SpanContext.IsSampled() {
 		t.Error("not sampled")
@@ -157,6 +164,10 @@ func TestRequestSpan(t *testing.T) {
 		"gen_ai.provider.name":                 "vllm",
 		"gen_ai.request.model":                 "Qwen/Qwen3-8B",
 		"gen_ai.response.model":                "Qwen/Qwen3-8B-FP8",
+		"gen_ai.response.id":                   "chatcmpl-9f1c",
+		"gen_ai.conversation.id":               "conv-42",
+		"server.address":                       "10.0.0.7",
+		"server.port":                          int64(8000),
 		"gen_ai.usage.input_tokens":            int64(120),
 		"gen_ai.usage.cache_read.input_tokens": int64(64),
 		"gen_ai.usage.output_tokens":           int64(100),
@@ -267,11 +278,14 @@ func TestSegmentSpans(t *testing.T) {
 }
 
 func TestFailedRequest(t *testing.T) {
-	e, mem := newTest(t, Config{})
+	e, mem := newTest(t, Config{Upstreams: upstreams})
 	r := failed()
 	e.Export(r)
 	req, children := split(t, spans(t, e, mem))
 
+	if req.Parent.IsValid() || req.SpanContext.SpanID().String() != r.SpanID {
+		t.Errorf("span %v with parent %v: want the trace's root, with the Record's id", req.SpanContext, req.Parent)
+	}
 	if req.Name != "text_completion llama-3" {
 		t.Errorf("name %q", req.Name)
 	}
@@ -283,12 +297,14 @@ func TestFailedRequest(t *testing.T) {
 		"error.type": "upstream_error", "tollgate.error_type": "upstream_error",
 		"tollgate.status": int64(502), "tollgate.upstream_status": int64(503),
 		"gen_ai.provider.name": "llamacpp", "tollgate.usage_source": "none",
+		"server.address": "llama.internal", "server.port": int64(443),
 	} {
 		if !cmp.Equal(a[k], want) {
 			t.Errorf("%s = %v, want %v", k, a[k], want)
 		}
 	}
-	for _, k := range []string{"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.time_to_first_chunk", "gen_ai.response.finish_reasons"} {
+	for _, k := range []string{"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.time_to_first_chunk", "gen_ai.response.finish_reasons",
+		"gen_ai.response.id", "gen_ai.conversation.id"} {
 		if v, ok := a[k]; ok {
 			t.Errorf("%s = %v on a request that reported nothing", k, v)
 		}
@@ -331,6 +347,51 @@ func TestRefusedRequest(t *testing.T) {
 	}
 }
 
+func TestServerAttributes(t *testing.T) {
+	type server struct {
+		Address string
+		Port    int64
+	}
+	for _, c := range []struct {
+		base string
+		want *server
+	}{
+		{"http://10.0.0.7:8000/v1", &server{"10.0.0.7", 8000}},
+		{"https://api.openai.com/v1", &server{"api.openai.com", 443}},
+		{"http://gpu-1/v1", &server{"gpu-1", 80}},
+		{"http://[fd00::7]:30000", &server{"fd00::7", 30000}},
+		{"/v1", nil},
+		{"::", nil},
+	} {
+		var got *server
+		if a := attrMap(serverAttributes(c.base)); len(a) > 0 {
+			got = &server{a["server.address"].(string), a["server.port"].(int64)}
+		}
+		if !cmp.Equal(got, c.want) {
+			t.Errorf("%q: %+v, want %+v", c.base, got, c.want)
+		}
+	}
+
+	// Only a request that went to a known upstream names a server: not a
+	// cache hit (answered by tollgate), not an upstream the config lacks.
+	e, mem := newTest(t, Config{Upstreams: upstreams})
+	hit, gone := streamed(), streamed()
+	hit.CacheHit, hit.Upstream = true, "cache"
+	gone.Upstream, gone.TraceID = "removed", "5bf92f3577b34da6a3ce929d0e0e4736"
+	e.Export(hit)
+	e.Export(gone)
+	ss := spans(t, e, mem)
+	if n := len(slices.DeleteFunc(slices.Clone(ss), func(s tracetest.SpanStub) bool { return s.SpanKind != trace.SpanKindClient })); n != 2 {
+		t.Fatalf("%d request spans, want 2", n)
+	}
+	for _, s := range ss {
+		a := attrMap(s.Attributes)
+		if v, ok := a["server.address"]; ok {
+			t.Errorf("%s: server.address %v", s.Name, v)
+		}
+	}
+}
+
 func TestNames(t *testing.T) {
 	for _, c := range []struct{ endpoint, engine, model, name, provider string }{
 		{"chat", "openai", "gpt-4o", "chat gpt-4o", "openai"},
@@ -350,6 +411,8 @@ func TestNames(t *testing.T) {
 func TestSampling(t *testing.T) {
 	// TraceIDRatioBased keeps a trace when its last 8 bytes, shifted right
 	// by one, fall under ratio·2⁶³: all zeros always, all ones never at ½.
+	// It decides under the caller's span too (streamed has one), whose
+	// sampled flag the Record does not keep.
 	e, mem := newTest(t, Config{SampleRatio: 0.5})
 	in, out := streamed(), streamed()
 	in.TraceID, out.TraceID = "4bf92f3577b34da60000000000000000", "4bf92f3577b34da6ffffffffffffffff"

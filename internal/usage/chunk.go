@@ -19,7 +19,7 @@ package usage
 // chunk costs no allocation per chunk. The zero value is ready to use; it
 // is not safe for concurrent use.
 type ChunkParser struct {
-	model string
+	model, id string
 }
 
 // ParseChunk reads the data of one SSE event (without "data: ").
@@ -36,7 +36,10 @@ func (p *ChunkParser) Parse(data []byte) (Chunk, error) {
 	}
 	c := Chunk{Content: s.content, HasContent: s.hasContent}
 	if s.model.body != nil {
-		c.Model = p.modelString(s.model)
+		c.Model = cached(&p.model, s.model)
+	}
+	if s.id.body != nil {
+		c.ID = cached(&p.id, s.id)
 	}
 	if s.finish.body != nil {
 		c.FinishReason = finishString(s.finish)
@@ -58,16 +61,18 @@ func (p *ChunkParser) Parse(data []byte) (Chunk, error) {
 	return c, nil
 }
 
-func (p *ChunkParser) modelString(m jsonString) string {
+// cached returns the decoded m, reusing *prev when it is the same: the
+// model and the id repeat on every chunk of a stream.
+func cached(prev *string, m jsonString) string {
 	b := m.body
 	if !m.plain {
 		var buf [64]byte
 		b = appendUnquoted(buf[:0], m.body)
 	}
-	if string(b) != p.model { // compared without converting
-		p.model = string(b)
+	if string(b) != *prev { // compared without converting
+		*prev = string(b)
 	}
-	return p.model
+	return *prev
 }
 
 // knownFinish are the finish reasons engines send, returned without an
@@ -100,6 +105,7 @@ type chunkScan struct {
 	i int
 
 	model, finish jsonString // finish: the last non-empty one
+	id            jsonString // body nil unless a string
 	content       int
 	hasContent    bool
 	hasChoices    bool // "choices" was an array, not absent or null
@@ -111,7 +117,7 @@ type chunkScan struct {
 // toolCallDelta spell them. A field's index is its bit in the level's
 // seen mask.
 var (
-	topFields      = [...]string{"model", "choices", "usage", "error"}
+	topFields      = [...]string{"model", "choices", "usage", "error", "id"}
 	choiceFields   = [...]string{"delta", "text", "finish_reason"}
 	deltaFields    = [...]string{"content", "reasoning_content", "reasoning", "tool_calls"}
 	toolCallFields = [...]string{"function"}
@@ -203,6 +209,18 @@ func (s *chunkScan) top() bool {
 			} else {
 				s.errRaw = raw
 			}
+		case 4: // id: a string, or no id (see stringValue)
+			if s.peek() != '"' {
+				if !s.skip() {
+					return false
+				}
+				continue
+			}
+			str, ok := s.str()
+			if !ok {
+				return false
+			}
+			s.id = str
 		default:
 			if !s.skip() {
 				return false

@@ -146,6 +146,12 @@ var edgeChunks = []string{
 	`{"x":` + strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70) + `}`,
 	`{"x":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`,
 	`{"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+	// The id: a string, or no id whatever else it is.
+	`{"id":"chatcmpl-\u00e9\ud800","choices":[]}`,
+	"{\"id\":\"bad\xffutf8\"}",
+	`{"id":null}`, `{"id":5}`, `{"id":-0.5e3}`, `{"id":true}`, `{"id":{"a":"b"}}`, `{"id":["x"]}`, `{"id":""}`,
+	`{"ID":"a"}`, `{"Id":"a","id":"b"}`, `{"id":"a","id":5}`, `{"id":5,"id":"a"}`, `{"id":"a","id":null}`,
+	`{"id":"a"`, `{"id":"a}`, `{"id":}`, `{"id":tru}`,
 }
 
 // sameAsReference checks ParseChunk and a ChunkParser (fresh, and holding
@@ -207,6 +213,23 @@ func TestParseChunkScanCovers(t *testing.T) {
 	}
 }
 
+func TestChunkParserID(t *testing.T) {
+	var p ChunkParser
+	for _, tc := range []struct{ in, want string }{
+		{`{"id":"chatcmpl-a","choices":[]}`, "chatcmpl-a"},
+		{`{"id":"chatcmpl-a","choices":[]}`, "chatcmpl-a"},
+		{`{"choices":[]}`, ""},
+		{`{"id":"chatcmpl-\u00e9"}`, "chatcmpl-é"},
+		{`{"id":3}`, ""},
+		{`{"id":""}`, ""},
+	} {
+		c, err := p.Parse([]byte(tc.in))
+		if err != nil || c.ID != tc.want {
+			t.Errorf("Parse(%s) = id %q, %v; want %q", tc.in, c.ID, err, tc.want)
+		}
+	}
+}
+
 func TestChunkParserModel(t *testing.T) {
 	var p ChunkParser
 	for _, tc := range []struct{ in, want string }{
@@ -245,7 +268,7 @@ func FuzzParseChunkDifferential(f *testing.F) {
 }
 
 // fuzzFrames put a fuzz input inside a chunk: as counted text, as the
-// model and finish strings, as a key at a matched level, as a skipped
+// model, id and finish strings, as a key at a matched level, as a skipped
 // value, as a tool call's members.
 var fuzzFrames = [][2]string{
 	{`{"choices":[{"delta":{"content":"`, `"}}]}`},
@@ -253,5 +276,6 @@ var fuzzFrames = [][2]string{
 	{`{"choices":[{"finish_reason":"`, `"}]}`},
 	{`{"choices":[{"`, `":"x","text":"y"}]}`},
 	{`{"id":`, `,"choices":[{"text":"y"}]}`},
+	{`{"id":"`, `","choices":[{"text":"y"}]}`},
 	{`{"choices":[{"delta":{"tool_calls":[`, `]}}]}`},
 }

@@ -99,8 +99,9 @@ func Parse(b []byte) (record.Usage, error) {
 // Chunk is what the tap needs from one streamed event's data.
 type Chunk struct {
 	Model        string
-	Content      int  // bytes of generated content in this chunk (text, reasoning, tool-call arguments)
-	HasContent   bool // the chunk carries at least one generated token
+	ID           string // the engine's id of its answer (chatcmpl-…), on every chunk
+	Content      int    // bytes of generated content in this chunk (text, reasoning, tool-call arguments)
+	HasContent   bool   // the chunk carries at least one generated token
 	FinishReason string
 	Usage        *record.Usage // present on the usage chunk (or every chunk with continuous usage)
 	UsageOnly    bool          // "choices": [] with a usage object: the include_usage chunk
@@ -108,7 +109,8 @@ type Chunk struct {
 }
 
 type chunkWire struct {
-	Model   string `json:"model"`
+	ID      json.RawMessage `json:"id"`
+	Model   string          `json:"model"`
 	Choices *[]struct {
 		Delta *struct {
 			Content          *string         `json:"content"`
@@ -138,7 +140,7 @@ func parseChunkSlow(data []byte) (Chunk, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Chunk{}, fmt.Errorf("stream chunk: %w", err)
 	}
-	c := Chunk{Model: w.Model}
+	c := Chunk{Model: w.Model, ID: stringValue(w.ID)}
 	if len(w.Error) > 0 && !bytes.Equal(w.Error, []byte("null")) {
 		c.Error = errorMessage(w.Error)
 	}
@@ -183,13 +185,15 @@ func parseChunkSlow(data []byte) (Chunk, error) {
 // Response is what the gateway needs from a non-streamed response body.
 type Response struct {
 	Model        string
+	ID           string // the engine's id of its answer (chatcmpl-…)
 	FinishReason string
 	Content      int
 	Usage        *record.Usage
 }
 
 type responseWire struct {
-	Model   string `json:"model"`
+	ID      json.RawMessage `json:"id"`
+	Model   string          `json:"model"`
 	Choices []struct {
 		Message *struct {
 			Content          *string         `json:"content"`
@@ -208,7 +212,7 @@ func ParseResponse(body []byte) (Response, error) {
 	if err := json.Unmarshal(body, &w); err != nil {
 		return Response{}, fmt.Errorf("response body: %w", err)
 	}
-	r := Response{Model: w.Model}
+	r := Response{Model: w.Model, ID: stringValue(w.ID)}
 	for _, ch := range w.Choices {
 		if ch.FinishReason != nil && r.FinishReason == "" {
 			r.FinishReason = *ch.FinishReason
@@ -236,6 +240,17 @@ func ParseResponse(body []byte) (Response, error) {
 		r.Usage = &u
 	}
 	return r, nil
+}
+
+// stringValue is raw decoded when it is a JSON string, and "" otherwise:
+// the id is only reported, so an engine giving it another type (or none)
+// is no reason to refuse an answer whose other fields are good.
+func stringValue(raw json.RawMessage) string {
+	var s string
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return ""
 }
 
 func errorMessage(raw json.RawMessage) string {

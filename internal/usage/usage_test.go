@@ -69,6 +69,9 @@ func TestParseChunk(t *testing.T) {
 		{"continuous usage", `{"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":2,"completion_tokens":1}}`,
 			Chunk{HasContent: true, Content: 1, Usage: &record.Usage{InputTokens: 2, OutputTokens: 1, Source: record.SourceEngine}}},
 		{"error event", `{"error":{"message":"boom","type":"InternalServerError"}}`, Chunk{Error: "InternalServerError"}},
+		{"response id", `{"id":"chatcmpl-7f3a","object":"chat.completion.chunk","model":"m","choices":[{"delta":{"content":"x"}}]}`,
+			Chunk{ID: "chatcmpl-7f3a", Model: "m", HasContent: true, Content: 1}},
+		{"id not a string is no id", `{"id":42,"choices":[{"delta":{"content":"x"}}]}`, Chunk{HasContent: true, Content: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,6 +223,26 @@ func FuzzParseChunk(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseResponseID(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}`, "chatcmpl-1"},
+		{`{"id":"cmpl-\u00e9","choices":[{"text":"a"}]}`, "cmpl-é"},
+		{`{"object":"list","data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}`, ""},
+		{`{"id":null,"choices":[]}`, ""},
+		{`{"id":7,"model":"m","choices":[{"text":"a","finish_reason":"stop"}]}`, ""},
+		{`{"id":{"x":"y"},"choices":[]}`, ""},
+	} {
+		r, err := ParseResponse([]byte(tc.in))
+		if err != nil || r.ID != tc.want {
+			t.Errorf("ParseResponse(%s) = id %q, %v; want %q", tc.in, r.ID, err, tc.want)
+		}
+	}
+	// An id of another type leaves the rest read.
+	if r, _ := ParseResponse([]byte(`{"id":7,"model":"m","choices":[{"text":"a","finish_reason":"stop"}]}`)); r.Model != "m" || r.FinishReason != "stop" {
+		t.Errorf("a numeric id lost the rest: %+v", r)
+	}
 }
 
 // FuzzParseResponse: no panic; usage invariants hold.

@@ -462,15 +462,18 @@ func TestAnalyticsConformance(t *testing.T) {
 }
 
 // TestOpenAddsMissingColumns: a requests table made by an older tollgate
-// (here: without client_request_id) is brought up to date at Open, so
-// INSERTs of the new Records work and old rows read back with defaults.
+// (here: without client_request_id, parent_span_id and response_id) is
+// brought up to date at Open, so INSERTs of the new Records work and old
+// rows read back with defaults.
 func TestOpenAddsMissingColumns(t *testing.T) {
 	old := openTest(t)
 	if err := old.Insert(t.Context(), []*record.Record{storetest.Record(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.c.exec(t.Context(), "", "ALTER TABLE "+old.table("requests")+" DROP COLUMN client_request_id"); err != nil {
-		t.Fatal(err)
+	for _, c := range []string{"client_request_id", "parent_span_id", "response_id"} {
+		if err := old.c.exec(t.Context(), "", "ALTER TABLE "+old.table("requests")+" DROP COLUMN "+c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err := Open(t.Context(), Config{HTTP: serverURL, Database: old.db}, testLogger(t))
 	if err != nil {
@@ -489,7 +492,7 @@ func TestOpenAddsMissingColumns(t *testing.T) {
 		t.Errorf("round trip after the upgrade (-want +got):\n%s", diff)
 	}
 	older, err := s.Request(t.Context(), storetest.Record(1).RequestID)
-	if err != nil || older[0].ClientRequestID != "" {
-		t.Fatalf("old row: %v, client id %q", err, older[0].ClientRequestID)
+	if err != nil || older[0].ClientRequestID != "" || older[0].ParentSpanID != "" || older[0].ResponseID != "" {
+		t.Fatalf("old row: %v, client id %q, parent span %q, response id %q", err, older[0].ClientRequestID, older[0].ParentSpanID, older[0].ResponseID)
 	}
 }

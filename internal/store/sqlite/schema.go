@@ -167,6 +167,11 @@ var migrations = []string{
 	// most clients send none, and an index entry per row costs the writer.
 	`ALTER TABLE requests ADD COLUMN client_request_id TEXT NOT NULL DEFAULT '';
 	CREATE INDEX requests_client_id ON requests (client_request_id) WHERE client_request_id != '';`,
+	// 12: the client's span id (the parent of the gateway's span) and the
+	// engine's id of its answer, which its own logs and usage exports
+	// carry.
+	`ALTER TABLE requests ADD COLUMN parent_span_id TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN response_id TEXT NOT NULL DEFAULT '';`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -255,6 +260,7 @@ var ledger = []column{
 	{"attempt", func(r *record.Record) any { return int64(r.Attempt) }, func(r *record.Record, _ *scratch) any { return &r.Attempt }},
 	{"trace_id", func(r *record.Record) any { return r.TraceID }, func(r *record.Record, _ *scratch) any { return &r.TraceID }},
 	{"span_id", func(r *record.Record) any { return r.SpanID }, func(r *record.Record, _ *scratch) any { return &r.SpanID }},
+	{"parent_span_id", func(r *record.Record) any { return r.ParentSpanID }, func(r *record.Record, _ *scratch) any { return &r.ParentSpanID }},
 	{"user_id", func(r *record.Record) any { return r.UserID }, func(r *record.Record, _ *scratch) any { return &r.UserID }},
 	{"key_id", func(r *record.Record) any { return r.KeyID }, func(r *record.Record, _ *scratch) any { return &r.KeyID }},
 	{"team", func(r *record.Record) any { return r.Team }, func(r *record.Record, _ *scratch) any { return &r.Team }},
@@ -293,6 +299,7 @@ var ledger = []column{
 	{"error_type", func(r *record.Record) any { return r.ErrorType }, func(r *record.Record, _ *scratch) any { return &r.ErrorType }},
 	{"error_message", func(r *record.Record) any { return r.ErrorMessage }, func(r *record.Record, _ *scratch) any { return &r.ErrorMessage }},
 	{"finish_reason", func(r *record.Record) any { return r.FinishReason }, func(r *record.Record, _ *scratch) any { return &r.FinishReason }},
+	{"response_id", func(r *record.Record) any { return r.ResponseID }, func(r *record.Record, _ *scratch) any { return &r.ResponseID }},
 	{"response_bytes", func(r *record.Record) any { return r.ResponseBytes }, func(r *record.Record, _ *scratch) any { return &r.ResponseBytes }},
 	{"content_chunks", func(r *record.Record) any { return int64(r.ContentChunks) }, func(r *record.Record, _ *scratch) any { return &r.ContentChunks }},
 	{"first_chunk_bytes", func(r *record.Record) any { return int64(r.FirstChunkBytes) }, func(r *record.Record, _ *scratch) any { return &r.FirstChunkBytes }},

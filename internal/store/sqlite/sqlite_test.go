@@ -122,8 +122,9 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the column migration 11 added.
-	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id"); err != nil {
+	// …and the columns migrations 11 and 12 added.
+	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id;"+
+		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
