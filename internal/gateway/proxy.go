@@ -248,7 +248,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					break
 				}
 				if rec.ServedModel == "" {
-					rec.ServedModel = c.Model
+					rec.ServedModel = boundedPrefix(c.Model, MaxIdentifier)
 				}
 				if rec.ResponseID == "" {
 					rec.ResponseID = responseID(c.ID)
@@ -426,7 +426,7 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 			ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream "+rec.Upstream+" sent a response that is not valid JSON")
 			return
 		}
-		rec.ServedModel, rec.FinishReason, rec.ResponseID = pr.Model, pr.FinishReason, responseID(pr.ID)
+		rec.ServedModel, rec.FinishReason, rec.ResponseID = boundedPrefix(pr.Model, MaxIdentifier), pr.FinishReason, responseID(pr.ID)
 		if et := engineFromBody(body); et != nil {
 			rec.EngineTiming = et
 		} else if rec.Engine == "tgi" {
