@@ -589,8 +589,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 
 	var inflight sync.WaitGroup
 	mux := http.NewServeMux()
-	mux.Handle("/api/", api)
-	mux.Handle("/ui/", ui.Handler("/ui/")) // the dashboard, reading /api/
+	// Request bodies are bound by limits.body_timeout on every route (the
+	// gateway's handler applies it itself): the API and the dashboard read
+	// none, but the server reads what is sent before the next request.
+	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
+	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/"))) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
 	handler := mux
 	srv := &http.Server{

@@ -313,11 +313,23 @@ type Headers struct {
 	RequestID string `yaml:"request_id"`
 }
 
-// Limits protect the gateway from its clients.
+// Limits protect the gateway from its clients, and its memory from the
+// answers it holds.
 type Limits struct {
 	MaxRequestBytes  int64 `yaml:"max_request_bytes"`
 	MaxResponseBytes int64 `yaml:"max_response_bytes"` // non-streamed bodies buffered for usage
+	// BodyTimeout is how long a client has, from the request's arrival,
+	// to send its whole body (default 30s, at most MaxBodyTimeout); past
+	// it the request gets 408 and the connection is closed. The response
+	// is not bound by it: a stream may last as long as its upstream
+	// timeouts allow.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 }
+
+// MaxBodyTimeout is the longest limits.body_timeout: a client that needs
+// longer to send a body of at most limits.max_request_bytes is too slow
+// to be told apart from one holding connections open on purpose.
+const MaxBodyTimeout = 60 * time.Second
 
 // Sampling decides which records keep their detail (token timeline).
 type Sampling struct {
@@ -371,7 +383,7 @@ func Default() *Config {
 			Tags:      "X-Tollgate-Tags",
 			RequestID: "X-Request-Id",
 		},
-		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
+		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second},
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:       Metrics{MaxModels: 64},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},

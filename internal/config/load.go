@@ -396,6 +396,9 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxResponseBytes < 1 {
 		bad("limits.max_response_bytes", "must be at least 1")
 	}
+	if d := c.Limits.BodyTimeout; d <= 0 || d > MaxBodyTimeout {
+		bad("limits.body_timeout", "must be positive and at most %gs (default 30s); got %v", MaxBodyTimeout.Seconds(), d)
+	}
 	if c.Sampling.Normal < 0 || c.Sampling.Normal > 1 {
 		bad("sampling.normal", "must be between 0 and 1; got %v", c.Sampling.Normal)
 	}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,7 +96,7 @@ type Gateway struct {
 	auth     *auth
 	routes   *router
 	prio     *priorities
-	mux      *http.ServeMux
+	mux      http.Handler
 	ready    func() error
 	draining atomic.Bool
 	sampleN  uint32 // normal requests kept per 10,000
@@ -184,11 +185,12 @@ func New(o Options) (*Gateway, error) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path + "."})
 	})
-	g.mux = mux
+	g.mux = BodyDeadline(o.Config.Limits.BodyTimeout, mux)
 	return g, nil
 }
 
-// Handler is the gateway's HTTP handler.
+// Handler is the gateway's HTTP handler, request bodies bound by
+// limits.body_timeout.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
 // Drain marks the gateway as shutting down: /readyz fails so load
@@ -267,6 +269,12 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		if errors.As(err, &mbe) {
 			g.reject(w, rec, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: "Request body is larger than the gateway's limit (limits.max_request_bytes)."}, since)
+			return
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // BodyDeadline's
+			rec.RequestBytes = int64(len(body))
+			g.reject(w, rec, &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: record.ErrBodyTimeout,
+				Message: fmt.Sprintf("The request body did not arrive within the gateway's limit (limits.body_timeout: %v).", g.cfg.Limits.BodyTimeout)}, since)
 			return
 		}
 		rec.ClientDisconnect = true

@@ -1,10 +1,25 @@
 package gateway
 
 import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/memnet"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/sim"
 )
 
 // TestResponseLimit: a non-streamed upstream answer larger than
@@ -35,4 +50,192 @@ func TestResponseLimit(t *testing.T) {
 	if r := tg.next(t); r.Status != 502 || r.ErrorType != record.ErrMalformed {
 		t.Errorf("recorded %d %q", r.Status, r.ErrorType)
 	}
+}
+
+// bubbleModel is served by the simulator in the bubble tests; it has no
+// built-in tokenizer, so nothing loads in the background.
+const bubbleModel = "acme/chat-8b"
+
+// bubble is a gateway (at tollgate:8080, served by net/http as serve
+// does) in front of the simulator (engine:8000) on an in-memory network,
+// inside the caller's synctest bubble: timeouts of seconds or minutes
+// pass on the bubble's clock. Cleanup stops everything.
+type bubble struct {
+	net     *memnet.Network
+	client  *http.Client
+	records chan *record.Record
+	cfg     *config.Config
+}
+
+const bubbleURL = "http://tollgate:8080"
+
+func startBubble(t *testing.T, simCfg sim.Config) *bubble {
+	t.Helper()
+	b := &bubble{net: memnet.New(), records: make(chan *record.Record, 64)}
+	simCfg.Models = []string{bubbleModel}
+	eng, err := sim.New(simCfg, discardLog(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stopEng := context.WithCancel(context.Background())
+	engDone := make(chan struct{})
+	go func() { _ = eng.Run(ctx); close(engDone) }()
+	serveOn := func(addr string, h http.Handler) {
+		ln, err := b.net.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		done := make(chan struct{})
+		go func() { _ = srv.Serve(ln); close(done) }()
+		t.Cleanup(func() { _ = srv.Close(); <-done })
+	}
+	serveOn("engine:8000", eng.Handler())
+	t.Cleanup(func() { stopEng(); <-engDone }) // after the gateway's server (cleanups run last first)
+
+	b.cfg = config.Default()
+	b.cfg.Upstreams = []config.Upstream{{Name: "sim", URL: "http://engine:8000/v1", Engine: "vllm", Models: []string{bubbleModel},
+		Timeouts: config.Timeouts{Connect: time.Second, FirstToken: 5 * time.Minute, Idle: 30 * time.Second, Total: 30 * time.Minute}}}
+	if err := b.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Config: b.cfg, Log: discardLog(), Metrics: metrics.New(prometheus.NewRegistry(), []string{bubbleModel}, 8),
+		Sink: func(r *record.Record) func(context.Context) error { b.records <- r; return nil }, Dial: b.net.DialContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	serveOn("tollgate:8080", g.Handler())
+	tr := &http.Transport{DialContext: b.net.DialContext}
+	b.client = &http.Client{Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	return b
+}
+
+// TestBodyTimeout: a client that announces 8 MiB and sends a byte every
+// 5 s gets 408 when limits.body_timeout (30 s by default) has passed since
+// its request arrived, and the connection is closed: the handler and the
+// connection end instead of waiting for ever. The request is recorded.
+func TestBodyTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, sim.Config{})
+		c, err := b.net.DialContext(t.Context(), "tcp", "tollgate:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		// The gateway before limits.body_timeout waited as long as bytes came.
+		_ = c.SetReadDeadline(start.Add(3 * time.Minute))
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 8<<20)
+		trickled := make(chan int, 1)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			n := 0
+			defer func() { trickled <- n }()
+			wait := 2 * time.Second
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(wait):
+				}
+				if _, err := c.Write([]byte{' '}); err != nil {
+					return
+				}
+				n, wait = n+1, 5*time.Second
+			}
+		}()
+
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer to a body that never ends: %v", err)
+		}
+		if waited := time.Since(start); waited != b.cfg.Limits.BodyTimeout {
+			t.Errorf("answered after %v, want limits.body_timeout (%v)", waited, b.cfg.Limits.BodyTimeout)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("%d %s, want 408", resp.StatusCode, body)
+		}
+		if e := decodeErr(t, body); e.Error.Code == nil || *e.Error.Code != record.ErrBodyTimeout || !strings.Contains(e.Error.Message, "limits.body_timeout") {
+			t.Errorf("error %s, want code %s naming limits.body_timeout", body, record.ErrBodyTimeout)
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("after the 408 the connection reads %v, want EOF (closed by the gateway)", err)
+		}
+		if n := <-trickled; n != 6 {
+			t.Errorf("the client sent %d bytes before its connection was closed, want 6 (at 2 s, 7 s, … 27 s)", n)
+		}
+		r := <-b.records
+		if r.Status != http.StatusRequestTimeout || r.ErrorType != record.ErrBodyTimeout || r.RequestBytes != 6 || r.ClientDisconnect {
+			t.Errorf("recorded %d %q, %d request bytes, disconnect %v; want 408 %q, the 6 bytes that came",
+				r.Status, r.ErrorType, r.RequestBytes, r.ClientDisconnect, record.ErrBodyTimeout)
+		}
+	})
+}
+
+// slowBody sends its text in pieces, a pause before each: a client on a
+// slow link.
+type slowBody struct {
+	pieces []string
+	pause  time.Duration
+}
+
+func (s *slowBody) Read(p []byte) (int, error) {
+	if len(s.pieces) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(s.pause)
+	n := copy(p, s.pieces[0])
+	if s.pieces[0] = s.pieces[0][n:]; s.pieces[0] == "" {
+		s.pieces = s.pieces[1:]
+	}
+	return n, nil
+}
+
+// TestBodyDeadlineSparesResponse: limits.body_timeout bounds the body
+// only. A body that takes 25 s of the 30 is read whole; a stream of 90 s
+// and an answer that takes 45 s, after their bodies, complete: the
+// deadline is lifted when the body ends and no write deadline is set.
+func TestBodyDeadlineSparesResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, sim.Config{DecodeBase: time.Second, DecodePerSeq: time.Nanosecond, PrefillBase: time.Millisecond, PrefillPerToken: time.Nanosecond})
+		for _, tc := range []struct {
+			stream bool
+			tokens int
+		}{{true, 90}, {false, 45}} {
+			body := `{"model":"` + bubbleModel + `","messages":[{"role":"user","content":"hi"}],"stream":` + strconv.FormatBool(tc.stream) + `}`
+			var pieces []string
+			for i := 0; i < len(body); i += len(body)/5 + 1 {
+				pieces = append(pieces, body[i:min(i+len(body)/5+1, len(body))])
+			}
+			req, _ := http.NewRequest(http.MethodPost, bubbleURL+"/v1/chat/completions", &slowBody{pieces: pieces, pause: 5 * time.Second})
+			req.ContentLength = int64(len(body))
+			req.Header.Set(sim.OutputTokensHeader, strconv.Itoa(tc.tokens))
+			start := time.Now()
+			resp, err := b.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("stream=%v: %d %v %s", tc.stream, resp.StatusCode, err, got)
+			}
+			if took := time.Since(start); took < 2*b.cfg.Limits.BodyTimeout {
+				t.Errorf("stream=%v took %v; the test needs an exchange well past limits.body_timeout", tc.stream, took)
+			}
+			r := <-b.records
+			if !r.OK() || r.Usage.OutputTokens != int64(tc.tokens) || r.RequestBytes != int64(len(body)) {
+				t.Errorf("stream=%v: recorded %d %q, %d output tokens, %d request bytes; want a whole answer of %d tokens",
+					tc.stream, r.Status, r.ErrorType, r.Usage.OutputTokens, r.RequestBytes, tc.tokens)
+			}
+			if tc.stream && !strings.HasSuffix(string(got), "data: [DONE]\n\n") {
+				t.Errorf("stream cut: ends %q", got[max(0, len(got)-80):])
+			}
+		}
+	})
 }

@@ -32,6 +32,7 @@ const (
 const (
 	ErrNone              = ""
 	ErrInvalidRequest    = "invalid_request"     // the client's request was malformed
+	ErrBodyTimeout       = "body_timeout"        // the client's request body did not arrive within limits.body_timeout
 	ErrAuth              = "authentication"      // missing or unknown API key
 	ErrNoRoute           = "model_not_found"     // no upstream serves the model
 	ErrRateLimited       = "rate_limited"        // refused at admission: a quota or rate limit
