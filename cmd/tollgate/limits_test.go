@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -12,9 +14,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 )
+
+// startServeLog is startServe with serve's log written to w.
+func startServeLog(t *testing.T, cfg *config.Config, w io.Writer) (addr string, cancel func(), wait func() error) {
+	t.Helper()
+	ctx, cancelFn := context.WithCancel(context.Background())
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(w, nil)), started) }()
+	select {
+	case addr = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	return addr, cancelFn, func() error { return <-done }
+}
 
 // slowClient sends the headers of a chat request announcing an 8 MiB body,
 // then one byte, then nothing more, and returns what the gateway answered
@@ -99,5 +117,70 @@ func TestServeSlowBodies(t *testing.T) {
 	}
 	if timedOut != clients || ok != 1 {
 		t.Errorf("ledger: %d body_timeout rows (want %d), %d whole streams (want 1)", timedOut, clients, ok)
+	}
+}
+
+// TestServeConnsPerIP: through serve, a client address gets
+// limits.max_conns_per_ip connections; one more is closed unanswered and
+// counted in /metrics, and a closed connection gives its place back.
+func TestServeConnsPerIP(t *testing.T) {
+	const max = 4
+	cfg := quietConfig(t, "http://127.0.0.1:1/v1")
+	cfg.Limits.MaxConnsPerIP = max
+	var logs lockedBuffer
+	addr, cancel, wait := startServeLog(t, cfg, &logs)
+	defer func() { cancel(); _ = wait() }()
+
+	// get sends GET path on c and returns the body, or "" when the
+	// connection was closed unanswered. The connection stays open.
+	get := func(c net.Conn, path string) string {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // bounds the test, asserts nothing
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: tollgate\r\n\r\n", path); err != nil {
+			return ""
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var open []net.Conn
+	for i := range max {
+		c := dial()
+		if get(c, "/healthz") != "ok\n" {
+			t.Fatalf("connection %d of %d not answered", i+1, max)
+		}
+		open = append(open, c)
+	}
+	if got := get(dial(), "/healthz"); got != "" {
+		t.Fatalf("connection %d answered %q; limits.max_conns_per_ip is %d", max+1, got, max)
+	}
+	if m := get(open[0], "/metrics"); !strings.Contains(m, "tollgate_gateway_conns_refused_total 1\n") || !strings.Contains(m, fmt.Sprintf("tollgate_gateway_conns_open %d\n", max)) {
+		t.Errorf("/metrics does not count the refusal and the %d open connections", max)
+	}
+	open[1].Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for get(dial(), "/healthz") != "ok\n" { // polling: serve notices the close on its own
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection did not give its place back within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, want := range []string{"level=WARN msg=\"connection refused: its TCP peer has limits.max_conns_per_ip", "peer=127.0.0.1"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
 	}
 }

@@ -621,6 +621,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		stopWriter()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	// limits.max_conns_per_ip, counted per TCP peer at accept.
+	limited, err := gateway.LimitConns(ln, cfg.Limits.MaxConnsPerIP, reg, log.With("component", "gateway"))
+	if err != nil {
+		_ = ln.Close()
+		stopWriter()
+		return err
+	}
+	ln = limited
 	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
 	if started != nil {
 		started <- ln.Addr().String()

@@ -324,6 +324,11 @@ type Limits struct {
 	// is not bound by it: a stream may last as long as its upstream
 	// timeouts allow.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MaxConnsPerIP bounds the open connections from one TCP peer (default
+	// 1024; 0: no bound); the listener closes the ones beyond it at once.
+	// Behind a proxy or load balancer every client shares the proxy's
+	// address: set it above the proxy's connections to tollgate, or 0.
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
 }
 
 // MaxBodyTimeout is the longest limits.body_timeout: a client that needs
@@ -383,7 +388,7 @@ func Default() *Config {
 			Tags:      "X-Tollgate-Tags",
 			RequestID: "X-Request-Id",
 		},
-		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second},
+		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second, MaxConnsPerIP: 1024},
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:       Metrics{MaxModels: 64},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},

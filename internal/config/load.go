@@ -399,6 +399,9 @@ func (c *Config) Validate() error {
 	if d := c.Limits.BodyTimeout; d <= 0 || d > MaxBodyTimeout {
 		bad("limits.body_timeout", "must be positive and at most %gs (default 30s); got %v", MaxBodyTimeout.Seconds(), d)
 	}
+	if c.Limits.MaxConnsPerIP < 0 {
+		bad("limits.max_conns_per_ip", "must not be negative (0: no bound); got %d", c.Limits.MaxConnsPerIP)
+	}
 	if c.Sampling.Normal < 0 || c.Sampling.Normal > 1 {
 		bad("sampling.normal", "must be between 0 and 1; got %v", c.Sampling.Normal)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/memnet"
@@ -239,3 +241,82 @@ func TestBodyDeadlineSparesResponse(t *testing.T) {
 		}
 	})
 }
+
+// TestLimitConns: a TCP peer gets limits.max_conns_per_ip connections;
+// the next is closed at once, unanswered, and counted. Another peer
+// (127.0.0.2) is not held back by the first one's, and a connection
+// closed gives its place back.
+func TestLimitConns(t *testing.T) {
+	const max = 3
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	lim, err := LimitConns(ln, max, reg, discardLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })}
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(lim); close(served) }()
+	defer func() { _ = srv.Close(); <-served }()
+
+	// get sends a request on c, keeping the connection open; it returns
+	// whether it was answered.
+	get := func(c net.Conn) bool {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // bounds the test, asserts nothing
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"); err != nil {
+			return false
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var open []net.Conn
+	for i := range max {
+		c := dial("127.0.0.1")
+		if !get(c) {
+			t.Fatalf("connection %d of %d not answered", i+1, max)
+		}
+		open = append(open, c)
+	}
+	if get(dial("127.0.0.1")) {
+		t.Fatalf("connection %d from the same peer answered; limit %d", max+1, max)
+	}
+	if got := testutil.ToFloat64(lim.(*connLimiter).refused); got != 1 {
+		t.Errorf("refused counter %v, want 1", got)
+	}
+	if !get(dial("127.0.0.2")) {
+		t.Error("another peer refused because of the first one's connections")
+	}
+
+	open[0].Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for !get(dial("127.0.0.1")) { // polling: the server notices the close on its own
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection did not give its place back within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, err := testutil.GatherAndCount(reg, "tollgate_gateway_conns_refused_total", "tollgate_gateway_conns_open"); err != nil || n != 2 {
+		t.Errorf("metrics: %d series, %v", n, err)
+	}
+}
+
+// TestBufferBudget: answers held in memory by concurrent non-streamed
+// requests, together, never exceed limits.max_buffered_bytes. Six
