@@ -329,6 +329,10 @@ type Limits struct {
 	// Behind a proxy or load balancer every client shares the proxy's
 	// address: set it above the proxy's connections to tollgate, or 0.
 	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// MaxBufferedBytes bounds the non-streamed answers held in memory at
+	// once, all requests together (default 256 MiB, at least twice
+	// MaxResponseBytes); an answer that finds it spent gets 503.
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 }
 
 // MaxBodyTimeout is the longest limits.body_timeout: a client that needs
@@ -388,7 +392,8 @@ func Default() *Config {
 			Tags:      "X-Tollgate-Tags",
 			RequestID: "X-Request-Id",
 		},
-		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second, MaxConnsPerIP: 1024},
+		Limits: Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second,
+			MaxConnsPerIP: 1024, MaxBufferedBytes: 256 << 20},
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:       Metrics{MaxModels: 64},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},

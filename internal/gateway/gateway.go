@@ -111,6 +111,7 @@ type Gateway struct {
 	export   func(*record.Record)
 	checks   chan tokenCheck // bounded: checks are dropped, never queued without end
 	capture  *capturer       // nil unless capture.enabled
+	buffers  *budget         // limits.max_buffered_bytes, shared by every non-streamed answer
 	stop     chan struct{}
 	stopOnce sync.Once
 }
@@ -150,14 +151,17 @@ func New(o Options) (*Gateway, error) {
 		export:   o.Export,
 		amend:    o.Amend,
 		checks:   make(chan tokenCheck, 64),
+		buffers:  newBudget(o.Config.Limits.MaxBufferedBytes),
 		stop:     make(chan struct{}),
 	}
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newAdmissionCollector(g.routes)); err != nil {
-			return nil, fmt.Errorf("gateway: register metrics: %w", err)
+		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes)) {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("gateway: register metrics: %w", err)
+			}
 		}
 	}
 	if o.Config.Capture.Enabled {

@@ -14,10 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// What a client can make the gateway hold, and for how long: the time a
-// request body may take (BodyDeadline) and the connections of one TCP
-// peer (LimitConns). The request and response size limits themselves are
-// applied where the bodies are read.
+// What a client or an upstream can make the gateway hold, and for how
+// long: the time a request body may take (BodyDeadline), the connections
+// of one TCP peer (LimitConns), and the bytes of non-streamed answers held
+// at once, all requests together (budget). The request and response size
+// limits themselves are applied where the bodies are read.
 
 // BodyDeadline gives each request with a body d from its arrival to send
 // all of it (limits.body_timeout). A body that is late fails its Read
@@ -191,4 +192,144 @@ func (c *limitedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// Why reading a non-streamed answer stopped early.
+var (
+	errBufferFull = errors.New("the budget for buffered answers (limits.max_buffered_bytes) is spent")
+	errTooLarge   = errors.New("answer larger than limits.max_response_bytes")
+)
+
+// budget bounds the bytes of non-streamed answers held in memory at once,
+// all requests together (limits.max_buffered_bytes). An answer is read
+// into a buffer that grows as its bytes arrive, and each buffer is taken
+// from the budget before it is made, so an announced Content-Length
+// reserves nothing ahead of the bytes it announces. A read that finds the
+// budget spent fails at once rather than wait: the answer is already on
+// its way, and waiting would hold the upstream connection and what was
+// read. Taking and giving back are atomic adds; no lock is held.
+type budget struct {
+	limit   int64
+	used    atomic.Int64
+	peak    atomic.Int64 // the most held at once since start
+	refused prometheus.Counter
+}
+
+func newBudget(limit int64) *budget {
+	return &budget{limit: limit, refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_gateway_buffer_refused_total",
+		Help: "Non-streamed answers refused with 503 buffer_full because limits.max_buffered_bytes was held by other answers."})}
+}
+
+// collectors are the budget's metrics: bytes held now and at most, and
+// the answers refused.
+func (b *budget) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_gateway_buffered_bytes",
+			Help: "Bytes of non-streamed answers held in memory now (bound: limits.max_buffered_bytes)."},
+			func() float64 { return float64(b.used.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_gateway_buffered_bytes_peak",
+			Help: "The most bytes of non-streamed answers held at once since start: what limits.max_buffered_bytes had to cover."},
+			func() float64 { return float64(b.peak.Load()) }),
+		b.refused,
+	}
+}
+
+func (b *budget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
+			}
+			return true
+		}
+	}
+}
+
+func (b *budget) give(n int64) { b.used.Add(-n) }
+
+// heldBody is an answer read whole and the part of the budget it holds
+// until release.
+type heldBody struct {
+	b    []byte
+	held int64
+	bud  *budget
+}
+
+func (h *heldBody) release() {
+	h.bud.give(h.held)
+	h.held = 0
+}
+
+// minBuffer is the first buffer of an answer whose length is not
+// announced; it doubles from there.
+const minBuffer = 16 << 10
+
+// read reads r whole, up to limit bytes (errTooLarge beyond). size is the
+// announced length, -1 when unknown: a buffer of exactly that size is made
+// when it is within limit, and a growing one otherwise. A full buffer
+// reads one more byte before a larger one is made, so an answer ending
+// exactly at its buffer's end needs no other. Growing takes the new buffer
+// from the budget before making it and gives the old one back once
+// copied: both exist meanwhile, which is why limits.max_buffered_bytes is
+// at least twice limits.max_response_bytes. The garbage the collector has
+// yet to free is not counted. The caller releases the result, whatever
+// the error.
+func (b *budget) read(r io.Reader, limit, size int64) (heldBody, error) {
+	h := heldBody{bud: b}
+	first := min(int64(minBuffer), limit)
+	if size >= 0 && size <= limit {
+		first = size
+	}
+	if err := h.grow(first); err != nil {
+		return h, err
+	}
+	for {
+		if len(h.b) < cap(h.b) {
+			n, err := r.Read(h.b[len(h.b):cap(h.b)])
+			h.b = h.b[:len(h.b)+n]
+			if err == io.EOF {
+				return h, nil
+			}
+			if err != nil {
+				return h, err
+			}
+			continue
+		}
+		var one [1]byte
+		n, err := r.Read(one[:])
+		if n > 0 {
+			if int64(len(h.b)) >= limit {
+				return h, errTooLarge
+			}
+			if gerr := h.grow(min(max(2*int64(cap(h.b)), minBuffer), limit)); gerr != nil {
+				return h, gerr
+			}
+			h.b = append(h.b, one[0])
+		}
+		if err == io.EOF {
+			return h, nil
+		}
+		if err != nil {
+			return h, err
+		}
+	}
+}
+
+// grow moves h's bytes to a buffer of capacity n taken from the budget.
+func (h *heldBody) grow(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	if !h.bud.take(n) {
+		h.bud.refused.Inc()
+		return errBufferFull
+	}
+	nb := make([]byte, len(h.b), n)
+	copy(nb, h.b)
+	h.bud.give(h.held)
+	h.b, h.held = nb, n
+	return nil
 }

@@ -8,9 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/iotest"
 	"testing/synctest"
 	"time"
 
@@ -26,31 +29,50 @@ import (
 
 // TestResponseLimit: a non-streamed upstream answer larger than
 // limits.max_response_bytes is not buffered whole nor relayed; the client
-// gets 502 and the ledger says why. One within the limit passes.
+// gets 502 and the ledger says why. One within the limit passes. An
+// answer that announces its length is refused before it is read; one that
+// does not (chunked) is read up to the limit.
 func TestResponseLimit(t *testing.T) {
-	up := newTranscriptUpstream(t, "")
-	up.ctype, up.rawBody = "application/json", nonStreamBody
-	cfg := testConfig(up.URL())
-	cfg.Limits.MaxResponseBytes = int64(len(nonStreamBody))
-	tg := newTestGateway(t, cfg)
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
+			answer := nonStreamBody
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				if !chunked {
+					w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+				}
+				_, _ = io.WriteString(w, answer[:10])
+				_ = http.NewResponseController(w).Flush()
+				_, _ = io.WriteString(w, answer[10:])
+			}))
+			defer up.Close()
+			cfg := testConfig(up.URL + "/v1")
+			cfg.Limits.MaxResponseBytes = int64(len(nonStreamBody))
+			tg := newTestGateway(t, cfg)
 
-	resp := post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
-	if b := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(string(b), "Hello there") {
-		t.Fatalf("answer of exactly the limit: %d %s", resp.StatusCode, b)
-	}
-	tg.next(t)
+			resp := post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
+			if b := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(string(b), "Hello there") {
+				t.Fatalf("answer of exactly the limit: %d %s", resp.StatusCode, b)
+			}
+			tg.next(t)
 
-	up.rawBody = nonStreamBody + " " // one byte over
-	resp = post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
-	b := readAll(t, resp)
-	if resp.StatusCode != 502 || strings.Contains(string(b), "Hello there") {
-		t.Fatalf("answer over the limit: %d %s; want 502 without the answer", resp.StatusCode, b)
-	}
-	if e := decodeErr(t, b); !strings.Contains(e.Error.Message, "limits.max_response_bytes") {
-		t.Errorf("message %q does not name the limit", e.Error.Message)
-	}
-	if r := tg.next(t); r.Status != 502 || r.ErrorType != record.ErrMalformed {
-		t.Errorf("recorded %d %q", r.Status, r.ErrorType)
+			answer = nonStreamBody + " " // one byte over
+			resp = post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
+			b := readAll(t, resp)
+			if resp.StatusCode != 502 || strings.Contains(string(b), "Hello there") {
+				t.Fatalf("answer over the limit: %d %s; want 502 without the answer", resp.StatusCode, b)
+			}
+			if e := decodeErr(t, b); !strings.Contains(e.Error.Message, "limits.max_response_bytes") {
+				t.Errorf("message %q does not name the limit", e.Error.Message)
+			}
+			if r := tg.next(t); r.Status != 502 || r.ErrorType != record.ErrMalformed {
+				t.Errorf("recorded %d %q", r.Status, r.ErrorType)
+			}
+			if used := tg.G.buffers.used.Load(); used != 0 {
+				t.Errorf("%d bytes of the buffer budget still held after both answers", used)
+			}
+		})
 	}
 }
 
@@ -320,3 +342,194 @@ func TestLimitConns(t *testing.T) {
 
 // TestBufferBudget: answers held in memory by concurrent non-streamed
 // requests, together, never exceed limits.max_buffered_bytes. Six
+// answers of 900 KiB whose upstream pauses after 600 KiB, against a
+// budget of 2 MiB: those that cannot grow their buffer get 503
+// buffer_full at once (Retry-After, a Record with the error type, a
+// counted refusal); the others complete when the upstream resumes. The
+// budget is all given back at the end.
+func TestBufferBudget(t *testing.T) {
+	const (
+		n       = 6
+		size    = 900 << 10
+		pauseAt = 600 << 10
+	)
+	answer := `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("x", size-150) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}`
+	resume := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json") // no Content-Length: the length is learnt by reading
+		_, _ = io.WriteString(w, answer[:pauseAt])
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-resume:
+			_, _ = io.WriteString(w, answer[pauseAt:])
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	cfg := testConfig(up.URL + "/v1")
+	cfg.Limits.MaxResponseBytes, cfg.Limits.MaxBufferedBytes = 1<<20, 2<<20
+	reg := prometheus.NewRegistry()
+	tg := newTestGatewayWith(t, cfg, func(o *Options) { o.Registerer = reg })
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				if m.Gauge != nil {
+					return m.Gauge.GetValue()
+				}
+				return m.Counter.GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+
+	type answered struct {
+		status     int
+		body       []byte
+		retryAfter string
+	}
+	results := make(chan answered, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			resp, err := http.Post(tg.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatReq))
+			if err != nil {
+				t.Error(err)
+				results <- answered{}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			results <- answered{resp.StatusCode, b, resp.Header.Get("Retry-After")}
+		})
+	}
+	// Every request ends up holding a whole 1 MiB buffer, paused, or
+	// refused: wait for that, then let the upstream finish.
+	refused := 0
+	var got []answered
+	deadline := time.After(60 * time.Second)
+	for refused+int(gauge("tollgate_gateway_buffered_bytes"))/(1<<20) < n {
+		select {
+		case a := <-results:
+			got = append(got, a)
+			if a.status == http.StatusServiceUnavailable {
+				refused++
+			}
+		case <-time.After(10 * time.Millisecond): // polling the gauge
+		case <-deadline:
+			t.Fatalf("after 60s: %d refused, %v bytes held", refused, gauge("tollgate_gateway_buffered_bytes"))
+		}
+	}
+	close(resume)
+	wg.Wait()
+	close(results)
+	for a := range results {
+		got = append(got, a)
+	}
+
+	completed := 0
+	for _, a := range got {
+		switch a.status {
+		case http.StatusOK:
+			completed++
+			if string(a.body) != answer {
+				t.Errorf("a completed answer of %d bytes, want the %d sent", len(a.body), len(answer))
+			}
+		case http.StatusServiceUnavailable:
+			e := decodeErr(t, a.body)
+			if e.Error.Code == nil || *e.Error.Code != record.ErrBufferFull || !strings.Contains(e.Error.Message, "limits.max_buffered_bytes") || a.retryAfter != "1" {
+				t.Errorf("refusal %s with Retry-After %q; want code %s naming limits.max_buffered_bytes, Retry-After 1", a.body, a.retryAfter, record.ErrBufferFull)
+			}
+		default:
+			t.Errorf("answer %d %s", a.status, a.body)
+		}
+	}
+	t.Logf("%d completed, %d refused", completed, refused)
+	if completed+refused != n || refused < n-2 {
+		t.Errorf("%d completed, %d refused; a budget of 2 MiB holds two 900 KiB answers at most", completed, refused)
+	}
+	if peak := gauge("tollgate_gateway_buffered_bytes_peak"); peak > float64(cfg.Limits.MaxBufferedBytes) || peak < 1<<20 {
+		t.Errorf("peak of buffered bytes %v; want at most limits.max_buffered_bytes (%d)", peak, cfg.Limits.MaxBufferedBytes)
+	}
+	if c := gauge("tollgate_gateway_buffer_refused_total"); c != float64(refused) {
+		t.Errorf("refusals counted %v, want %d", c, refused)
+	}
+	if held := gauge("tollgate_gateway_buffered_bytes"); held != 0 {
+		t.Errorf("%v bytes still held after every answer ended", held)
+	}
+	for range n {
+		r := tg.next(t)
+		switch {
+		case r.Status == http.StatusServiceUnavailable:
+			if r.ErrorType != record.ErrBufferFull || r.UpstreamStatus != 200 {
+				t.Errorf("refusal recorded as %q, upstream status %d", r.ErrorType, r.UpstreamStatus)
+			}
+		case !r.OK():
+			t.Errorf("recorded %d %q", r.Status, r.ErrorType)
+		}
+	}
+}
+
+// TestBudgetRead: the buffer an answer is read into, and what it takes
+// from the budget, for answers of known and unknown length, within and
+// beyond the limit, read a byte at a time or failing midway.
+func TestBudgetRead(t *testing.T) {
+	data := strings.Repeat("a", 100<<10)
+	for _, tc := range []struct {
+		name        string
+		n, limit    int
+		size        int64 // announced; -1 unknown
+		budget      int64
+		oneByte     bool
+		failAfter   bool
+		wantErr     error
+		wantHeld    int64 // at the end, before release
+		wantMaxPeak int64
+	}{
+		{name: "announced", n: 50 << 10, limit: 64 << 10, size: 50 << 10, budget: 1 << 20, wantHeld: 50 << 10, wantMaxPeak: 50 << 10},
+		{name: "announced empty", n: 0, limit: 64 << 10, size: 0, budget: 1 << 20},
+		{name: "unknown, doubling", n: 50 << 10, limit: 64 << 10, size: -1, budget: 1 << 20, wantHeld: 64 << 10, wantMaxPeak: 96 << 10},
+		{name: "unknown, exactly the limit", n: 64 << 10, limit: 64 << 10, size: -1, budget: 128 << 10, oneByte: true, wantHeld: 64 << 10, wantMaxPeak: 96 << 10},
+		{name: "unknown, one byte over", n: 64<<10 + 1, limit: 64 << 10, size: -1, budget: 128 << 10, wantErr: errTooLarge, wantHeld: 64 << 10, wantMaxPeak: 96 << 10},
+		{name: "budget too small to grow", n: 50 << 10, limit: 64 << 10, size: -1, budget: 40 << 10, wantErr: errBufferFull, wantHeld: 16 << 10, wantMaxPeak: 16 << 10},
+		{name: "upstream fails midway", n: 20 << 10, limit: 64 << 10, size: -1, budget: 1 << 20, failAfter: true, wantErr: errReset, wantHeld: 32 << 10, wantMaxPeak: 48 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r io.Reader = strings.NewReader(data[:tc.n])
+			if tc.oneByte {
+				r = iotest.OneByteReader(r)
+			}
+			if tc.failAfter {
+				r = io.MultiReader(r, iotest.ErrReader(errReset))
+			}
+			b := newBudget(tc.budget)
+			h, err := b.read(r, int64(tc.limit), tc.size)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && string(h.b) != data[:tc.n] {
+				t.Errorf("read %d bytes, want the %d sent", len(h.b), tc.n)
+			}
+			if h.held != tc.wantHeld || b.used.Load() != tc.wantHeld {
+				t.Errorf("holds %d (budget used %d), want %d", h.held, b.used.Load(), tc.wantHeld)
+			}
+			if p := b.peak.Load(); p != tc.wantMaxPeak {
+				t.Errorf("peak %d, want %d", p, tc.wantMaxPeak)
+			}
+			h.release()
+			if u := b.used.Load(); u != 0 {
+				t.Errorf("%d still used after release", u)
+			}
+		})
+	}
+}
+
+var errReset = errors.New("connection reset by peer")

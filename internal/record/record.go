@@ -46,6 +46,7 @@ const (
 	ErrUpstreamStatus    = "upstream_error"      // the upstream answered 4xx/5xx
 	ErrUpstreamReset     = "upstream_reset"      // the upstream broke the stream
 	ErrMalformed         = "malformed_response"  // the upstream sent something unparseable
+	ErrBufferFull        = "buffer_full"         // a non-streamed answer found limits.max_buffered_bytes held by others
 	ErrClientDisconnect  = "client_disconnect"   // the client left before the end
 	ErrShutdown          = "shutdown"            // the gateway stopped before the end
 	ErrInternal          = "internal"
