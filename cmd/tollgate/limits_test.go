@@ -184,3 +184,35 @@ func TestServeConnsPerIP(t *testing.T) {
 		}
 	}
 }
+
+// TestServeOpenAPIBehindProxy: with no api.tokens, serve warns at start
+// that the API is open to local clients, and a request that came through
+// a reverse proxy on the host (X-Forwarded-For) gets 401 naming
+// api.tokens while a local one is answered.
+func TestServeOpenAPIBehindProxy(t *testing.T) {
+	cfg := quietConfig(t, "http://127.0.0.1:1/v1")
+	var logs lockedBuffer
+	addr, cancel, wait := startServeLog(t, cfg, &logs)
+	defer func() { cancel(); _ = wait() }()
+	if !strings.Contains(logs.String(), "level=WARN msg=\"no api.tokens configured: the JSON API") {
+		t.Errorf("no warning that the API is open:\n%s", logs.String())
+	}
+	for _, tc := range []struct {
+		xff  string
+		want int
+	}{{"", http.StatusOK}, {"203.0.113.9", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/requests", nil)
+		if tc.xff != "" {
+			req.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == http.StatusUnauthorized && !strings.Contains(string(b), "api.tokens")) {
+			t.Errorf("X-Forwarded-For %q: %d %s, want %d", tc.xff, resp.StatusCode, b, tc.want)
+		}
+	}
+}

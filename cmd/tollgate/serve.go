@@ -566,7 +566,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	api := web.NewAPI(apiOpts)
 	if len(cfg.API.Tokens) == 0 {
-		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
+		log.Warn("no api.tokens configured: the JSON API (/api/v1/: users, keys, business lines, costs) answers any loopback client without a token. " +
+			"A reverse proxy or sidecar on this host makes its clients loopback: requests carrying Forwarded, X-Forwarded-For, X-Real-IP, X-Forwarded-Host, " +
+			"X-Forwarded-Proto or Via are refused, but a proxy that sets none of them opens the API to everyone behind it. Configure api.tokens before putting a proxy in front.")
 	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
