@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -214,5 +215,48 @@ func TestServeOpenAPIBehindProxy(t *testing.T) {
 		if resp.StatusCode != tc.want || (tc.want == http.StatusUnauthorized && !strings.Contains(string(b), "api.tokens")) {
 			t.Errorf("X-Forwarded-For %q: %d %s, want %d", tc.xff, resp.StatusCode, b, tc.want)
 		}
+	}
+}
+
+// TestServeSlowBodyHTTP2: over TLS and HTTP/2 the body deadline is the
+// stream's own: a body that stops coming gets 408 body_timeout, and a
+// streamed answer afterwards, longer than the timeout, is whole.
+func TestServeSlowBodyHTTP2(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	cfg := quietConfig(t, startSimServer(t, sim.Config{DecodeBase: 20 * time.Millisecond}))
+	cfg.ListenTLS = config.ListenTLS{CertFile: certFile, KeyFile: keyFile}
+	cfg.Limits.BodyTimeout = 300 * time.Millisecond
+	addr, cancel, wait := startServe(t, cfg)
+	defer func() { cancel(); _ = wait() }()
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second} // bounds the test, asserts nothing
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = io.WriteString(pw, `{"model":"Qwen/Qwen3-8B",`) }() // and nothing more
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/v1/chat/completions", pr)
+	req.ContentLength = 8 << 20
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("no answer to a body that stopped: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), `"code":"body_timeout"`) {
+		t.Fatalf("%s %d %s; want HTTP/2 408 body_timeout", resp.Proto, resp.StatusCode, b)
+	}
+
+	body := `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}],"stream":true}`
+	req, _ = http.NewRequest(http.MethodPost, "https://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set(sim.OutputTokensHeader, "50") // a second or more, past the 300 ms
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Errorf("a stream after the timed-out one, over HTTP/2: err %v, …%s", err, b[max(0, len(b)-100):])
 	}
 }
