@@ -136,6 +136,7 @@ upstreams:
   - {name: sim, url: "http://%s/v1", engine: vllm, timeouts: {first_token: 5m, idle: 5m, total: 10m}}
 otlp: {http_listen: "", grpc_listen: ""}
 engine_metrics: {interval: 0s}
+limits: {max_conns_per_ip: 0}  # every client of the test is 127.0.0.1, thousands at once
 `, g.addr, g.db, simAddr)
 		if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
 			t.Fatal(err)

@@ -586,7 +586,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	}
 	api := web.NewAPI(apiOpts)
 	if len(cfg.API.Tokens) == 0 {
-		log.Info("no api.tokens configured: the JSON API (/api/v1/) answers loopback clients only")
+		log.Warn("no api.tokens configured: the JSON API (/api/v1/: users, keys, business lines, costs) answers any loopback client without a token. " +
+			"A reverse proxy or sidecar on this host makes its clients loopback: requests carrying Forwarded, X-Forwarded-For, X-Real-IP, X-Forwarded-Host, " +
+			"X-Forwarded-Proto or Via are refused, but a proxy that sets none of them opens the API to everyone behind it. Configure api.tokens before putting a proxy in front.")
 	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
@@ -609,8 +611,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 
 	var inflight sync.WaitGroup
 	mux := http.NewServeMux()
-	mux.Handle("/api/", api)
-	mux.Handle("/ui/", ui.Handler("/ui/")) // the dashboard, reading /api/
+	// Request bodies are bound by limits.body_timeout on every route (the
+	// gateway's handler applies it itself): the API and the dashboard read
+	// none, but the server reads what is sent before the next request.
+	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
+	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/"))) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
 	handler := mux
 	srv := &http.Server{
@@ -638,6 +643,14 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		stopWriter()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	// limits.max_conns_per_ip, counted per TCP peer at accept.
+	limited, err := gateway.LimitConns(ln, cfg.Limits.MaxConnsPerIP, reg, log.With("component", "gateway"))
+	if err != nil {
+		_ = ln.Close()
+		stopWriter()
+		return err
+	}
+	ln = limited
 	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
 	if started != nil {
 		started <- ln.Addr().String()

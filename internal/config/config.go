@@ -338,11 +338,32 @@ type Headers struct {
 	RequestID string `yaml:"request_id"`
 }
 
-// Limits protect the gateway from its clients.
+// Limits protect the gateway from its clients, and its memory from the
+// answers it holds.
 type Limits struct {
 	MaxRequestBytes  int64 `yaml:"max_request_bytes"`
 	MaxResponseBytes int64 `yaml:"max_response_bytes"` // non-streamed bodies buffered for usage
+	// BodyTimeout is how long a client has, from the request's arrival,
+	// to send its whole body (default 30s, at most MaxBodyTimeout); past
+	// it the request gets 408 and the connection is closed. The response
+	// is not bound by it: a stream may last as long as its upstream
+	// timeouts allow.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MaxConnsPerIP bounds the open connections from one TCP peer (default
+	// 1024; 0: no bound); the listener closes the ones beyond it at once.
+	// Behind a proxy or load balancer every client shares the proxy's
+	// address: set it above the proxy's connections to tollgate, or 0.
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// MaxBufferedBytes bounds the non-streamed answers held in memory at
+	// once, all requests together (default 256 MiB, at least twice
+	// MaxResponseBytes); an answer that finds it spent gets 503.
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 }
+
+// MaxBodyTimeout is the longest limits.body_timeout: a client that needs
+// longer to send a body of at most limits.max_request_bytes is too slow
+// to be told apart from one holding connections open on purpose.
+const MaxBodyTimeout = 60 * time.Second
 
 // Sampling decides which records keep their detail (token timeline).
 type Sampling struct {
@@ -401,7 +422,8 @@ func Default() *Config {
 			Tags:      "X-Tollgate-Tags",
 			RequestID: "X-Request-Id",
 		},
-		Limits:        Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20},
+		Limits: Limits{MaxRequestBytes: 8 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 30 * time.Second,
+			MaxConnsPerIP: 1024, MaxBufferedBytes: 256 << 20},
 		Sampling:      Sampling{Normal: 0.10, Slow: 10 * time.Second, TokenizerCheck: 0.01},
 		Metrics:       Metrics{MaxModels: 64, MaxBizLines: 64, MaxTemplates: 256},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},

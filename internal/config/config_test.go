@@ -52,7 +52,11 @@ func TestBadConfigs(t *testing.T) {
 		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
 		"bad_durability.bad.yml":          `store.durability: must be queue, memory or off; got "none"`,
 		"bad_backend.bad.yml":             `store.backend: must be sqlite or clickhouse; got "postgres"`,
-		"clickhouse_no_url.bad.yml":       "store.clickhouse.url: required when store.backend is clickhouse",
+		"limits_bad.bad.yml": "limits.body_timeout: must be positive and at most 60s (default 30s); got 2m0s" +
+			"\nlimits.max_conns_per_ip: must not be negative (0: no bound); got -1" +
+			"\nlimits.max_buffered_bytes: must be at least twice limits.max_response_bytes, 134217728 (an answer of unknown length grows its buffer by doubling, and both buffers are held while it is copied); got 1048576",
+		"body_timeout_zero.bad.yml": "limits.body_timeout: must be positive and at most 60s (default 30s); got 0s",
+		"clickhouse_no_url.bad.yml": "store.clickhouse.url: required when store.backend is clickhouse",
 		"clickhouse_bad.bad.yml": `store.clickhouse.url: must be the HTTP interface's URL such as http://127.0.0.1:8123; got "tcp://10.0.0.9:9000/[redacted]"` +
 			"\nstore.clickhouse.database: must be letters, digits and _, not starting with a digit; got \"9db\"" +
 			"\nstore.clickhouse.timeout: must be positive (default 30s); got -1s",
@@ -121,6 +125,9 @@ func TestFullConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{HashKey("sk-search-default")[:12]: 10}, cfg.KeyPriorities()); diff != "" {
 		t.Errorf("KeyPriorities by key id (-want +got):\n%s", diff)
+	}
+	if want := (Limits{MaxRequestBytes: 4 << 20, MaxResponseBytes: 64 << 20, BodyTimeout: 10 * time.Second, MaxConnsPerIP: 64, MaxBufferedBytes: 128 << 20}); cfg.Limits != want {
+		t.Errorf("limits = %+v, want %+v (max_response_bytes defaulted)", cfg.Limits, want)
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)

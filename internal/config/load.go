@@ -437,6 +437,16 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxResponseBytes < 1 {
 		bad("limits.max_response_bytes", "must be at least 1")
 	}
+	if d := c.Limits.BodyTimeout; d <= 0 || d > MaxBodyTimeout {
+		bad("limits.body_timeout", "must be positive and at most %gs (default 30s); got %v", MaxBodyTimeout.Seconds(), d)
+	}
+	if c.Limits.MaxConnsPerIP < 0 {
+		bad("limits.max_conns_per_ip", "must not be negative (0: no bound); got %d", c.Limits.MaxConnsPerIP)
+	}
+	if l := c.Limits; l.MaxBufferedBytes/2 < l.MaxResponseBytes {
+		bad("limits.max_buffered_bytes", "must be at least twice limits.max_response_bytes, %d (an answer of unknown length grows its buffer by doubling, and both buffers are held while it is copied); got %d",
+			2*l.MaxResponseBytes, l.MaxBufferedBytes)
+	}
 	if c.Sampling.Normal < 0 || c.Sampling.Normal > 1 {
 		bad("sampling.normal", "must be between 0 and 1; got %v", c.Sampling.Normal)
 	}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"compress/gzip"
 	"errors"
+	"fmt"
+	"os"
 	"io"
 	"mime"
 	"net/http"
@@ -11,7 +13,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
-// readBody reads a JSON request body, bounded by limits.max_request_bytes.
+// readBody reads a JSON request body, bounded by limits.max_request_bytes
+// and in time by limits.body_timeout (BodyDeadline; 408). On an error it
+// returns what arrived.
 // What it accepts is deliberate (docs/api.md, "Request bodies"):
 //
 //   - Content-Type application/json, any application/*+json, or none at
@@ -34,7 +38,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(raw)
 		if err != nil {
-			return nil, bodyReadError(err, true)
+			return nil, g.bodyReadError(err, true)
 		}
 		defer zr.Close()
 		// One byte past the limit tells "too large" from "exactly the limit".
@@ -45,7 +49,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 	}
 	body, err := io.ReadAll(src)
 	if err != nil {
-		return nil, bodyReadError(err, src != io.Reader(raw))
+		return body, g.bodyReadError(err, src != io.Reader(raw))
 	}
 	if int64(len(body)) > limit {
 		return nil, tooLarge()
@@ -53,13 +57,16 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 	return body, nil
 }
 
-// bodyReadError names why a body could not be read: too large, not the
-// gzip it claimed to be, or the client gone.
-func bodyReadError(err error, gzipped bool) *apiError {
+// bodyReadError names why a body could not be read: too large, too slow,
+// not the gzip it claimed to be, or the client gone.
+func (g *Gateway) bodyReadError(err error, gzipped bool) *apiError {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		return tooLarge()
+	case errors.Is(err, os.ErrDeadlineExceeded): // BodyDeadline's
+		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: record.ErrBodyTimeout,
+			Message: fmt.Sprintf("The request body did not arrive within the gateway's limit (limits.body_timeout: %v).", g.cfg.Limits.BodyTimeout)}
 	case gzipped && (errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
 		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
 			Message: "The body is not valid gzip, although Content-Encoding says gzip."}

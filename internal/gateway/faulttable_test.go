@@ -168,9 +168,13 @@ type faultRow struct {
 	inject   string // simulator: X-Sim-Fault for the first attempt; "" for a refused connection
 	content  string // mock-llm: the user message (it names the mock's rule)
 	stub     string // http stub: the answer (stubAnswers)
-	stream   bool
-	retry    bool
-	gw       *testGateway // mock-llm and stub rows: the gateway to send through
+	// holdBuffers: the gateway's budget for buffered answers
+	// (limits.max_buffered_bytes) is held whole, as by other answers,
+	// while the row's request runs.
+	holdBuffers bool
+	stream      bool
+	retry       bool
+	gw          *testGateway // mock-llm and stub rows: the gateway to send through
 
 	// What the client must see.
 	status     int    // HTTP status
@@ -331,6 +335,13 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 	if row.stub != "" {
 		hdr[stubHeader] = row.stub
 	}
+	if row.holdBuffers {
+		b := tg.G.buffers
+		if !b.take(b.limit) {
+			t.Fatal("the buffer budget is in use before the row")
+		}
+		defer b.give(b.limit)
+	}
 	resp := post(t, tg.URL+"/v1/chat/completions", body, hdr)
 	b := readAll(t, resp)
 	logical := resp.Header.Get("X-Request-Id")
@@ -343,8 +354,11 @@ func runFaultRow(t *testing.T, tg *testGateway, row faultRow) (sees, recorded st
 		t.Errorf("Retry-After %q, want %q", got, row.retryAfter)
 	}
 	retryAfter := ""
-	if row.retryAfter != "" {
-		retryAfter = ", `Retry-After: " + row.retryAfter + "` kept"
+	switch {
+	case row.retryAfter != "" && row.code != "":
+		retryAfter = ", `Retry-After: " + row.retryAfter + "`" // the gateway's own
+	case row.retryAfter != "":
+		retryAfter = ", `Retry-After: " + row.retryAfter + "` kept" // the engine's
 	}
 	switch {
 	case row.midStream:

@@ -101,7 +101,7 @@ type Gateway struct {
 	auth     *auth
 	routes   *router
 	prio     *priorities
-	mux      *http.ServeMux
+	mux      http.Handler
 	ready    func() ([]string, error)
 	draining atomic.Bool
 	sampleN  uint32 // normal requests kept per 10,000
@@ -118,6 +118,7 @@ type Gateway struct {
 	observers []Observer
 	checks    chan tokenCheck // bounded: checks are dropped, never queued without end
 	capture   *capturer       // nil unless capture.enabled
+	buffers   *budget         // limits.max_buffered_bytes, shared by every non-streamed answer
 	stop      chan struct{}
 	stopOnce  sync.Once
 }
@@ -161,6 +162,7 @@ func New(o Options) (*Gateway, error) {
 		joiner:   o.Joiner,
 		amend:    o.Amend,
 		checks:   make(chan tokenCheck, 64),
+		buffers:  newBudget(o.Config.Limits.MaxBufferedBytes),
 		stop:     make(chan struct{}),
 	}
 	g.observers = append([]Observer{{Name: "metrics", Observe: o.Metrics.Observe}}, o.Observers...)
@@ -168,8 +170,10 @@ func New(o Options) (*Gateway, error) {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
 	if o.Registerer != nil {
-		if err := o.Registerer.Register(newAdmissionCollector(g.routes)); err != nil {
-			return nil, fmt.Errorf("gateway: register metrics: %w", err)
+		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes)) {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("gateway: register metrics: %w", err)
+			}
 		}
 	}
 	if o.Config.Capture.Enabled {
@@ -197,11 +201,12 @@ func New(o Options) (*Gateway, error) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path + "."})
 	})
-	g.mux = mux
+	g.mux = BodyDeadline(o.Config.Limits.BodyTimeout, mux)
 	return g, nil
 }
 
-// Handler is the gateway's HTTP handler.
+// Handler is the gateway's HTTP handler, request bodies bound by
+// limits.body_timeout.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
 // Drain marks the gateway as shutting down: /readyz fails so load
@@ -291,6 +296,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 
 	body, aerr := g.readBody(w, r)
 	if aerr != nil {
+		rec.RequestBytes = int64(len(body)) // what arrived of it
 		rec.ClientDisconnect = aerr.Status == record.StatusClientClosed
 		g.reject(w, rec, aerr, since)
 		return

@@ -360,20 +360,35 @@ type stubAnswer struct {
 	contentType string
 	body        string
 	retryAfter  string
+	chunked     bool // sent in two writes, without a Content-Length (a large body is anyway)
 }
 
+// bigAnswer is a whole chat completion one byte longer than the stub
+// gateway's limits.max_response_bytes.
+var bigAnswer = func() string {
+	const head, tail = `{"id":"c1","object":"chat.completion","created":1767225600,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"`,
+		`"},"finish_reason":"stop"}]}`
+	return head + strings.Repeat("a", stubMaxResponse+1-len(head)-len(tail)) + tail
+}()
+
+// stubMaxResponse is the stub gateway's limits.max_response_bytes.
+const stubMaxResponse = 64 << 10
+
 var stubAnswers = map[string]stubAnswer{
-	"html-502": {http.StatusBadGateway, "text/html", "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n", ""},
-	"text-503": {http.StatusServiceUnavailable, "text/plain; charset=utf-8", "upstream overloaded, try again later\n", "7"},
-	"tgi-429":  {http.StatusTooManyRequests, "application/json", `{"error":"Model is overloaded","error_type":"overloaded"}`, "2"},
+	"html-502": {http.StatusBadGateway, "text/html", "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n", "", false},
+	"text-503": {http.StatusServiceUnavailable, "text/plain; charset=utf-8", "upstream overloaded, try again later\n", "7", false},
+	"tgi-429":  {http.StatusTooManyRequests, "application/json", `{"error":"Model is overloaded","error_type":"overloaded"}`, "2", false},
 	"openai-429": {http.StatusTooManyRequests, "application/json",
-		`{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "3"},
-	"empty-500": {http.StatusInternalServerError, "", "", ""},
-	"key-401":   {http.StatusUnauthorized, "text/plain", "Incorrect API key provided: sk-live-4f9a8b7c6d5e4f3a. Find your key at https://example.com/keys.", ""},
+		`{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`, "3", false},
+	"empty-500": {http.StatusInternalServerError, "", "", "", false},
+	"key-401":   {http.StatusUnauthorized, "text/plain", "Incorrect API key provided: sk-live-4f9a8b7c6d5e4f3a. Find your key at https://example.com/keys.", "", false},
 	// TGI ends a stream that fails during generation with an error event.
 	"tgi-event": {http.StatusOK, "text/event-stream",
 		`data: {"id":"c1","object":"chat.completion.chunk","created":1767225600,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Returns"},"finish_reason":null}]}` + "\n\n" +
-			`data: {"error":"Request failed during generation: Server error: CUDA out of memory","error_type":"generation"}` + "\n\n", ""},
+			`data: {"error":"Request failed during generation: Server error: CUDA out of memory","error_type":"generation"}` + "\n\n", "", false},
+	"big-200":         {http.StatusOK, "application/json", bigAnswer, "", false},
+	"big-200-chunked": {http.StatusOK, "application/json", bigAnswer, "", true},
+	"ok-200":          {http.StatusOK, "application/json", nonStreamBody, "", false},
 }
 
 // stubGateway is a gateway whose one upstream, "stub", is the http stub.
@@ -392,13 +407,22 @@ func stubGateway(t *testing.T) *testGateway {
 		if a.retryAfter != "" {
 			w.Header().Set("Retry-After", a.retryAfter)
 		}
+		if !a.chunked && a.contentType != "text/event-stream" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(a.body)))
+		}
 		w.WriteHeader(a.status)
+		if a.chunked {
+			_, _ = io.WriteString(w, a.body[:len(a.body)/2])
+			_ = http.NewResponseController(w).Flush()
+			a.body = a.body[len(a.body)/2:]
+		}
 		_, _ = io.WriteString(w, a.body)
 	}))
 	t.Cleanup(srv.Close)
 	cfg := faultConfig(&faultSim{URLs: [2]string{srv.URL + "/v1", srv.URL + "/v1"}}, false)
 	cfg.Upstreams = cfg.Upstreams[:1]
 	cfg.Upstreams[0].Name = "stub"
+	cfg.Limits.MaxResponseBytes, cfg.Limits.MaxBufferedBytes = stubMaxResponse, 2*stubMaxResponse
 	gw := newTestGateway(t, cfg)
 	gw.waitCounter(t, simModel)
 	return gw
@@ -426,6 +450,12 @@ func stubRows(t *testing.T) []faultRow {
 		{fault: "TGI-shaped error event after a chunk", stub: "tgi-event", stream: true, status: 200, midStream: true, chunks: 1, wrapType: "server_error",
 			engineText: "Request failed during generation: Server error: CUDA out of memory (generation)",
 			attempts:   []faultAttempt{{502, record.ErrUpstreamStatus, 1, record.SourceTokenizer}}},
+		{fault: "200, an answer over `limits.max_response_bytes` (64 KiB here), its length announced", stub: "big-200", status: 502, code: record.ErrMalformed,
+			attempts: []faultAttempt{{502, record.ErrMalformed, 0, record.SourceNone}}},
+		{fault: "200, an answer over `limits.max_response_bytes` (64 KiB here), chunked", stub: "big-200-chunked", status: 502, code: record.ErrMalformed,
+			attempts: []faultAttempt{{502, record.ErrMalformed, 0, record.SourceNone}}},
+		{fault: "200 while other answers hold `limits.max_buffered_bytes`", stub: "ok-200", holdBuffers: true, status: 503, code: record.ErrBufferFull, retryAfter: "1",
+			attempts: []faultAttempt{{503, record.ErrBufferFull, 0, record.SourceNone}}},
 	}
 	for i := range rows {
 		rows[i].upstream, rows[i].gw = upStub, gw

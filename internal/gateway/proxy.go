@@ -403,18 +403,33 @@ func (tl *timeline) close(rec *record.Record) {
 
 // bufferedResponse relays a non-streamed answer (or any error answer):
 // read whole, parsed for usage, then written with its Content-Length.
+//
+// The answer is held in memory until it is written: its bytes come out of
+// the gateway's budget for buffered answers (limits.max_buffered_bytes) as
+// they arrive, and go back when this returns.
 func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, resp *http.Response, u *upstream) {
 	limit := ex.g.cfg.Limits.MaxResponseBytes
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
+	if resp.ContentLength > limit { // known to be too large: not a byte read
+		ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream response is larger than limits.max_response_bytes")
+		return
+	}
+	buf, err := ex.g.buffers.read(resp.Body, limit, resp.ContentLength)
+	defer buf.release()
+	switch {
+	case errors.Is(err, errTooLarge):
+		ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream response is larger than limits.max_response_bytes")
+		return
+	case errors.Is(err, errBufferFull):
+		ex.w.Header().Set("Retry-After", "1")
+		ex.fail(rec, http.StatusServiceUnavailable, record.ErrBufferFull,
+			"the gateway holds as many buffered answers as limits.max_buffered_bytes allows; retry")
+		return
+	case err != nil:
 		status, typ := ex.classify(ctx, err)
 		ex.fail(rec, status, typ, upstreamMessage(typ, rec.Upstream))
 		return
 	}
-	if int64(len(body)) > limit {
-		ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream response is larger than limits.max_response_bytes")
-		return
-	}
+	body := buf.b
 	if ex.capBuf != nil {
 		ex.capBuf.resp = body
 	}

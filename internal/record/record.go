@@ -32,6 +32,7 @@ const (
 const (
 	ErrNone              = ""
 	ErrInvalidRequest    = "invalid_request"     // the client's request was malformed
+	ErrBodyTimeout       = "body_timeout"        // the client's request body did not arrive within limits.body_timeout
 	ErrAuth              = "authentication"      // missing or unknown API key
 	ErrNoRoute           = "model_not_found"     // no upstream serves the model
 	ErrRateLimited       = "rate_limited"        // refused at admission: a quota or rate limit
@@ -45,6 +46,7 @@ const (
 	ErrUpstreamStatus    = "upstream_error"      // the upstream answered 4xx/5xx
 	ErrUpstreamReset     = "upstream_reset"      // the upstream broke the stream
 	ErrMalformed         = "malformed_response"  // the upstream sent something unparseable
+	ErrBufferFull        = "buffer_full"         // a non-streamed answer found limits.max_buffered_bytes held by others
 	ErrClientDisconnect  = "client_disconnect"   // the client left before the end
 	ErrShutdown          = "shutdown"            // the gateway stopped before the end
 	ErrInternal          = "internal"

@@ -104,12 +104,30 @@ func NewAPI(o Options) *API {
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
+// proxyHeaders are the request headers a reverse proxy adds. With no
+// api.tokens a loopback client is trusted, and a proxy on the same host
+// makes every client behind it loopback; a request carrying one of these
+// came through such a proxy, so it is refused. A proxy that adds none of
+// them cannot be told from a local client: serve warns at start.
+var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Real-IP", "X-Forwarded-Host", "X-Forwarded-Proto", "Via"}
+
+// proxiedBy names the first proxy header r carries, or "".
+func proxiedBy(r *http.Request) string {
+	for _, h := range proxyHeaders {
+		if len(r.Header.Values(h)) > 0 {
+			return h
+		}
+	}
+	return ""
+}
+
 // role returns the caller's role, or "" when it has none. Tokens are
-// compared by their SHA-256 in constant time.
+// compared by their SHA-256 in constant time. With no tokens a loopback
+// client that came through no proxy is admin.
 func (a *API) role(r *http.Request) string {
 	if len(a.o.Tokens) == 0 {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() && proxiedBy(r) == "" {
 			return RoleAdmin
 		}
 		return ""
@@ -135,6 +153,12 @@ func (a *API) read(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 		default:
 			if len(a.o.Tokens) == 0 {
+				if h := proxiedBy(r); h != "" {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate api"`)
+					writeErr(w, http.StatusUnauthorized, "unauthorized", "the API has no tokens configured (api.tokens) and this request came through a proxy (it carries "+
+						h+"): without tokens the API answers local clients only, and a proxy makes its clients look local. Configure api.tokens and send one as a bearer token")
+					return
+				}
 				writeErr(w, http.StatusForbidden, "forbidden", "the API answers loopback clients only until api.tokens are configured")
 				return
 			}

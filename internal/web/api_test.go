@@ -85,6 +85,57 @@ func TestLoopbackOnlyWithoutTokens(t *testing.T) {
 	}
 }
 
+// TestProxiedWithoutTokens: with no api.tokens a loopback client is let
+// in, but not one whose request came through a reverse proxy on the host
+// (it carries one of the headers proxies add): 401, naming api.tokens and
+// the header. With tokens, the headers change nothing.
+func TestProxiedWithoutTokens(t *testing.T) {
+	srv, _ := newAPI(t, nil)
+	withTokens, _ := newAPI(t, []config.APIToken{{Name: "ops", TokenSHA256: config.HashKey("tok-read"), Role: "read"}})
+	for _, h := range []struct{ name, value string }{
+		{"X-Forwarded-For", "203.0.113.9"},
+		{"Forwarded", "for=203.0.113.9;proto=https"},
+		{"X-Real-IP", "203.0.113.9"},
+		{"X-Forwarded-Host", "tollgate.example.com"},
+		{"X-Forwarded-Proto", "https"},
+		{"Via", "1.1 caddy"},
+	} {
+		for _, path := range []string{"/api/v1/requests", "/api/v1/captures"} {
+			code, b, hdr := getWith(t, srv.URL+path, "", h.name, h.value)
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			_ = json.Unmarshal(b, &e)
+			if code != http.StatusUnauthorized || e.Error.Code != "unauthorized" || !strings.Contains(e.Error.Message, "api.tokens") ||
+				!strings.Contains(e.Error.Message, h.name) || hdr.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s through a proxy (%s) without tokens: %d %s; want 401 naming api.tokens and %s", path, h.name, code, b, h.name)
+			}
+		}
+		if code, b, _ := getWith(t, withTokens.URL+"/api/v1/requests", "tok-read", h.name, h.value); code != 200 {
+			t.Errorf("token through a proxy (%s): %d %s, want 200", h.name, code, b)
+		}
+	}
+	if code, b, _ := getWith(t, srv.URL+"/api/v1/requests", "", "X-Tollgate-Biz", "search"); code != 200 {
+		t.Errorf("loopback without a proxy header: %d %s, want 200", code, b)
+	}
+}
+
+func getWith(t *testing.T, url, token, header, value string) (int, []byte, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set(header, value)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
 func TestReportsAndRequests(t *testing.T) {
 	srv, recs := newAPI(t, nil)
 	code, b := get(t, srv.URL+"/api/v1/reports/users?from=2025-03-14&to=2025-03-15", "")
