@@ -4,10 +4,10 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
-	"os"
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/internal/record"

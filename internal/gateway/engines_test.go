@@ -157,4 +157,3 @@ func checkDialectRecord(t *testing.T, r *record.Record, signal string) {
 		}
 	}
 }
-

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
-	"github.com/tollgate-dev/tollgate/internal/memnet"
 	"github.com/tollgate-dev/tollgate/internal/label"
+	"github.com/tollgate-dev/tollgate/internal/memnet"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
