@@ -33,30 +33,49 @@ type gen struct {
 // generate is the request path shared by chat and completions: plan the
 // request, queue its sequences, then write what the scheduler produces.
 func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.Time, g genRequest) error {
-	hdr, err := e.headerFaults(r)
-	if err != nil {
-		return err
-	}
-	pinned := 0
-	if v := r.Header.Get(OutputTokensHeader); v != "" {
-		if pinned, err = strconv.Atoi(v); err != nil || pinned < 1 {
-			return errorf(http.StatusBadRequest, "%s: must be a positive integer, got %q", OutputTokensHeader, v)
-		}
-	}
 	// The request's context ends when this handler returns, however it
 	// returns (even by the reset fault's panic), so the scheduler always
 	// frees the sequences' slots.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-
-	rng := e.requestRand()
 	prefix := "cmpl-"
 	if g.chat {
 		prefix = "chatcmpl-"
 	}
+	q, err := e.enqueue(ctx, r, arrival, g, prefix, nil)
+	if err != nil {
+		return err
+	}
+	if g.stream {
+		return q.stream(ctx, w)
+	}
+	return q.whole(ctx, w)
+}
+
+// planFunc decides how many tokens sequence i generates and why it stops,
+// given the length the model wants and the sequence's source of output
+// words. A nil planFunc cuts want at max_tokens.
+type planFunc func(i, want int, words *rand.Rand) (target int, reason string)
+
+// enqueue plans a request (its id, lengths, words and faults) and queues
+// its sequences; every API that generates goes through it, so that all
+// share one scheduler and one set of random draws per request. ctx must
+// end when the handler returns.
+func (e *Engine) enqueue(ctx context.Context, r *http.Request, arrival time.Time, g genRequest, idPrefix string, plan planFunc) (*gen, error) {
+	hdr, err := e.headerFaults(r)
+	if err != nil {
+		return nil, err
+	}
+	pinned := 0
+	if v := r.Header.Get(OutputTokensHeader); v != "" {
+		if pinned, err = strconv.Atoi(v); err != nil || pinned < 1 {
+			return nil, errorf(http.StatusBadRequest, "%s: must be a positive integer, got %q", OutputTokensHeader, v)
+		}
+	}
+	rng := e.requestRand()
 	q := &gen{
 		genRequest: g,
-		id:         prefix + requestID(r, rng),
+		id:         idPrefix + requestID(r, rng),
 		created:    arrival.Unix(),
 		seqs:       make([]*seq, len(g.prompts)),
 		words:      make([]*rand.Rand, len(g.prompts)),
@@ -76,7 +95,12 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		if g.seed != nil {
 			out = seededRand(uint64(e.cfg.Seed), g.model, *g.seed, prompt)
 		}
-		target, reason := e.outputLength(out, pinned, g)
+		want := e.wantLength(out, pinned, g)
+		words := rand.New(rand.NewPCG(out.Uint64(), out.Uint64()))
+		target, reason := capLength(want, g.maxTokens)
+		if plan != nil {
+			target, reason = plan(i, want, words)
+		}
 		id := q.id
 		if len(g.prompts) > 1 {
 			id = fmt.Sprintf("%s-%d", q.id, i) // vLLM's sub-request ids
@@ -86,7 +110,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 			stream: g.stream, prompt: prompt, target: target, reason: reason,
 			arrival: arrival, notify: q.notify, done: make(chan struct{}),
 		}
-		q.words[i] = rand.New(rand.NewPCG(out.Uint64(), out.Uint64()))
+		q.words[i] = words
 		total += target
 	}
 	q.plan = e.drawFaults(rng, total)
@@ -95,15 +119,12 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 	}
 	q.plan.clamp(total)
 	if q.plan.status != 0 {
-		return errorf(q.plan.status, "%s", faultMessage(q.plan.status))
+		return nil, errorf(q.plan.status, "%s", faultMessage(q.plan.status))
 	}
 	if err := e.submit(q.seqs...); err != nil {
-		return errorf(http.StatusServiceUnavailable, "%v", err)
+		return nil, errorf(http.StatusServiceUnavailable, "%v", err)
 	}
-	if g.stream {
-		return q.stream(ctx, w)
-	}
-	return q.whole(ctx, w)
+	return q, nil
 }
 
 // seededRand is the random source of a seeded request's answer.
@@ -123,9 +144,10 @@ func seededRand(engine uint64, model string, seed int64, prompt []uint32) *rand.
 	return rand.New(rand.NewPCG(x, x^0x9e3779b97f4a7c15))
 }
 
-// outputLength decides how many tokens a sequence generates and why it
-// stops; the package doc gives the rules.
-func (e *Engine) outputLength(rng *rand.Rand, pinned int, g genRequest) (int, string) {
+// wantLength is how many tokens a sequence would generate if nothing cut
+// it: the position of its end-of-sequence token. The package doc gives the
+// rules.
+func (e *Engine) wantLength(rng *rand.Rand, pinned int, g genRequest) int {
 	// Always draw, so that pinning the length leaves the words unchanged.
 	drawn := int(math.Round(rng.ExpFloat64() * float64(e.cfg.OutputMean)))
 	want := pinned
@@ -136,8 +158,14 @@ func (e *Engine) outputLength(rng *rand.Rand, pinned int, g genRequest) (int, st
 	if g.ignoreEOS && g.maxTokens != nil {
 		want = *g.maxTokens
 	}
-	if g.maxTokens != nil && want >= *g.maxTokens {
-		return *g.maxTokens, finishLength
+	return want
+}
+
+// capLength cuts want at maxTokens: a sequence that reaches the limit
+// stops for "length", else for "stop".
+func capLength(want int, maxTokens *int) (int, string) {
+	if maxTokens != nil && want >= *maxTokens {
+		return *maxTokens, finishLength
 	}
 	return want, finishStop
 }
@@ -366,41 +394,8 @@ func (q *gen) metrics() *perRequestMetrics {
 
 // whole writes a non-streamed response once every sequence has finished.
 func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
-	for {
-		generated, finished := 0, true
-		for _, s := range q.seqs {
-			generated += int(s.generated.Load())
-			finished = finished && isClosed(s.done)
-		}
-		if q.plan.resetAt >= 0 && generated >= q.plan.resetAt {
-			panic(http.ErrAbortHandler) // before any byte of the body
-		}
-		if finished {
-			break
-		}
-		select {
-		case <-q.notify:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-	for _, s := range q.seqs {
-		if s.err != nil {
-			return errorf(http.StatusServiceUnavailable, "%v", s.err)
-		}
-		if s.stats.FinishReason == finishAbort {
-			return nil
-		}
-	}
-	if q.plan.stallAt >= 0 {
-		if err := sleep(ctx, q.plan.stallFor); err != nil {
-			return nil
-		}
-	}
-	if q.plan.malformedAt >= 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id": broken`)) //nolint:errcheck
-		return nil
+	if write, err := q.settle(ctx, w); !write {
+		return err
 	}
 	texts := make([]string, len(q.seqs))
 	for i, s := range q.seqs {
@@ -433,6 +428,49 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// settle waits until every sequence has left the engine and plays the
+// faults of a non-streamed answer. It reports whether the caller should
+// write the answer; when not, err is what the handler returns.
+func (q *gen) settle(ctx context.Context, w http.ResponseWriter) (write bool, err error) {
+	for {
+		generated, finished := 0, true
+		for _, s := range q.seqs {
+			generated += int(s.generated.Load())
+			finished = finished && isClosed(s.done)
+		}
+		if q.plan.resetAt >= 0 && generated >= q.plan.resetAt {
+			panic(http.ErrAbortHandler) // before any byte of the body
+		}
+		if finished {
+			break
+		}
+		select {
+		case <-q.notify:
+		case <-ctx.Done():
+			return false, nil
+		}
+	}
+	for _, s := range q.seqs {
+		if s.err != nil {
+			return false, errorf(http.StatusServiceUnavailable, "%v", s.err)
+		}
+		if s.stats.FinishReason == finishAbort {
+			return false, nil
+		}
+	}
+	if q.plan.stallAt >= 0 {
+		if err := sleep(ctx, q.plan.stallFor); err != nil {
+			return false, nil
+		}
+	}
+	if q.plan.malformedAt >= 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id": broken`)) //nolint:errcheck
+		return false, nil
+	}
+	return true, nil
 }
 
 // visible is how many of a sequence's n generated tokens show as text.
