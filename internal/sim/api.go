@@ -188,6 +188,9 @@ type genRequest struct {
 	minTokens    int
 	ignoreEOS    bool
 	seed         *int64 // set: each output depends only on model, prompt and seed
+	// cache is the explicit prompt caching of a /v1/messages request
+	// (one prompt only); nil for the other APIs.
+	cache *cacheReq
 }
 
 func (e *Engine) chat(w http.ResponseWriter, r *http.Request) error {

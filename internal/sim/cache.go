@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"hash/fnv"
+	"time"
 )
 
 // prefixCache is the KV block pool with automatic prefix caching. Full
@@ -120,4 +121,125 @@ func (c *prefixCache) release(held []*kvBlock) {
 // usage is the fraction of the pool held by running sequences.
 func (c *prefixCache) usage() float64 {
 	return min(1, float64(c.referenced+c.private)/float64(c.capacity))
+}
+
+// Anthropic-style explicit prompt caching. The block cache above decides
+// what prefill costs, as vLLM's automatic prefix caching does; what a
+// /v1/messages answer reports as cache_creation_input_tokens and
+// cache_read_input_tokens follows Anthropic's rules instead, which the
+// block cache cannot express: only prefixes ending at a cache_control
+// breakpoint are written, at token (not block) granularity, for a TTL,
+// and only from minCacheTokens on.
+const (
+	// minCacheTokens is the shortest prefix Anthropic caches (Claude
+	// Sonnet and Opus); a shorter breakpoint is silently not cached.
+	minCacheTokens = 1024
+	// cacheLookback is how many content blocks before a breakpoint are
+	// checked for an earlier write.
+	cacheLookback = 20
+	// promptCacheEntries bounds the cache; the entries nearest to expiry
+	// go first.
+	promptCacheEntries = 4096
+)
+
+// promptCache holds the prefixes written by earlier requests, by the
+// chained hash of their tokens. Guarded by the engine's mutex.
+type promptCache struct {
+	entries map[uint64]cacheEntry
+}
+
+type cacheEntry struct {
+	expires time.Time
+	ttl     time.Duration
+}
+
+// cacheReq is the prompt caching of one request: the content block
+// boundaries of its prompt, some of them breakpoints, and what the
+// scheduler found.
+type cacheReq struct {
+	bounds []cacheBound // by position
+	// Set by lookup when the sequence is scheduled, before its first
+	// token; read by the handler after it.
+	read, write5m, write1h int
+}
+
+// cacheBound is the end of one content block in the prompt.
+type cacheBound struct {
+	pos  int           // tokens before it
+	hash uint64        // of those tokens, chained like blockHashes
+	ttl  time.Duration // > 0: a cache_control breakpoint
+}
+
+func newPromptCache() *promptCache { return &promptCache{entries: make(map[uint64]cacheEntry)} }
+
+// lookup finds the longest cached prefix of r within the lookback of one
+// of its breakpoints, refreshes it, and sets what the request reads and
+// writes: every breakpoint beyond the hit (and long enough) is written,
+// each paying for the tokens since the previous one at its own TTL.
+func (c *promptCache) lookup(r *cacheReq, now time.Time) {
+	r.read, r.write5m, r.write1h = 0, 0, 0
+	hit := -1
+	for i, b := range r.bounds {
+		if b.ttl == 0 {
+			continue
+		}
+		for j := i; j >= 0 && j >= i-cacheLookback && r.bounds[j].pos > r.read; j-- {
+			if e, ok := c.entries[r.bounds[j].hash]; ok && now.Before(e.expires) {
+				r.read, hit = r.bounds[j].pos, j
+				break
+			}
+		}
+	}
+	if hit >= 0 {
+		e := c.entries[r.bounds[hit].hash]
+		e.expires = now.Add(e.ttl)
+		c.entries[r.bounds[hit].hash] = e
+	}
+	prev := r.read
+	for _, b := range r.writes() {
+		if b.ttl >= time.Hour {
+			r.write1h += b.pos - prev
+		} else {
+			r.write5m += b.pos - prev
+		}
+		prev = b.pos
+	}
+}
+
+// writes returns the breakpoints the request writes.
+func (r *cacheReq) writes() []cacheBound {
+	var out []cacheBound
+	for _, b := range r.bounds {
+		if b.ttl > 0 && b.pos > r.read && b.pos >= minCacheTokens {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// store writes the request's breakpoints. It is called at the first
+// token, as Anthropic makes a cache entry available once the response
+// has begun: requests scheduled before that all miss.
+func (c *promptCache) store(r *cacheReq, now time.Time) {
+	for _, b := range r.writes() {
+		c.entries[b.hash] = cacheEntry{expires: now.Add(b.ttl), ttl: b.ttl}
+	}
+	if len(c.entries) <= promptCacheEntries {
+		return
+	}
+	for h, e := range c.entries {
+		if !now.Before(e.expires) {
+			delete(c.entries, h)
+		}
+	}
+	for len(c.entries) > promptCacheEntries {
+		var oldest uint64
+		var at time.Time
+		for h, e := range c.entries {
+			if at.IsZero() || e.expires.Before(at) {
+				oldest, at = h, e.expires
+			}
+		}
+		delete(c.entries, oldest)
+	}
 }

@@ -40,7 +40,8 @@ type Engine struct {
 	waiting []*seq // FIFO
 	running []*seq
 	cache   *prefixCache
-	obs     []tokenObs // scratch for step, reused
+	prompts *promptCache // explicit (Anthropic) prompt caching
+	obs     []tokenObs   // scratch for step, reused
 }
 
 type runState int
@@ -63,6 +64,9 @@ type seq struct {
 	reason                 string // finish reason once target is reached
 	arrival                time.Time
 	notify                 chan struct{} // cap 1, shared by the sequences of one request
+	// cache, if set, is looked up in the engine's explicit prompt cache
+	// when the sequence is scheduled and written at its first token.
+	cache *cacheReq
 
 	generated atomic.Int64
 	done      chan struct{} // closed when the sequence left the engine and was reported
@@ -118,6 +122,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Engine, erro
 		tracing:  tr,
 		rng:      rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7011_6a7e)),
 		cache:    newPrefixCache(cfg.CacheBlocks),
+		prompts:  newPromptCache(),
 	}
 	for _, name := range cfg.Models {
 		e.models[name] = true
@@ -232,6 +237,9 @@ func (e *Engine) schedule(s *seq, now time.Time) time.Duration {
 	hits, held := e.cache.acquire(blockHashes(s.model, s.prompt, bs), lookup)
 	s.held, s.cached = held, hits*bs
 	e.updatePrivate(s)
+	if s.cache != nil {
+		e.prompts.lookup(s.cache, now)
+	}
 
 	e.metrics.waiting.WithLabelValues(s.model).Dec()
 	e.metrics.running.WithLabelValues(s.model).Inc()
@@ -257,6 +265,9 @@ func (e *Engine) step(now time.Time) {
 		if o.first {
 			s.first = now
 			o.d = now.Sub(s.arrival)
+			if s.cache != nil {
+				e.prompts.store(s.cache, now)
+			}
 		} else {
 			o.d = now.Sub(s.last)
 		}

@@ -109,6 +109,7 @@ func (e *Engine) enqueue(ctx context.Context, r *http.Request, arrival time.Time
 			ctx: ctx, id: id, model: g.model, traceParent: r.Header.Get("traceparent"),
 			stream: g.stream, prompt: prompt, target: target, reason: reason,
 			arrival: arrival, notify: q.notify, done: make(chan struct{}),
+			cache: g.cache,
 		}
 		q.words[i] = words
 		total += target
