@@ -26,6 +26,11 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("POST /v1/completions", e.adapt(e.completions))
 	mux.Handle("POST /v1/embeddings", e.adapt(e.embeddings))
 	mux.Handle("GET /v1/models", e.adapt(e.listModels))
+	mux.Handle("POST /v1/responses", e.adapt(e.responses))
+	mux.Handle("GET /v1/responses/{id}", e.adapt(e.getResponse))
+	mux.Handle("DELETE /v1/responses/{id}", e.adapt(e.deleteResponse))
+	mux.Handle("POST /v1/responses/{id}/cancel", e.adapt(e.cancelResponse))
+	mux.Handle("GET /v1/responses/{id}/input_items", e.adapt(e.listInputItems))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.gatherer, promhttp.HandlerOpts{}))
 	return mux

@@ -17,14 +17,15 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// created is the only part of a response that depends on the wall clock.
-var createdRE = regexp.MustCompile(`"created":\d+`)
+// created (created_at in the agent APIs) is the only part of a response
+// that depends on the wall clock.
+var createdRE = regexp.MustCompile(`"created(_at)?":\d+`)
 
 // golden compares a response body with testdata/name, byte for byte apart
 // from "created". The golden files are the reviewed vLLM shapes.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	got = createdRE.ReplaceAllString(got, `"created":0`)
+	got = createdRE.ReplaceAllString(got, `"created${1}":0`)
 	path := filepath.Join("testdata", name)
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {

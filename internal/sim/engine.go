@@ -31,8 +31,9 @@ type Engine struct {
 	gatherer prometheus.Gatherer
 	models   map[string]bool
 	created  time.Time
-	wake     chan struct{} // cap 1: "the queue changed"
-	tracing  *tracing      // nil unless Config.OTLPEndpoint is set
+	wake     chan struct{}  // cap 1: "the queue changed"
+	tracing  *tracing       // nil unless Config.OTLPEndpoint is set
+	stored   *responseStore // finished /v1/responses answers
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -120,6 +121,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Engine, erro
 		created:  time.Now(),
 		wake:     make(chan struct{}, 1),
 		tracing:  tr,
+		stored:   newResponseStore(),
 		rng:      rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7011_6a7e)),
 		cache:    newPrefixCache(cfg.CacheBlocks),
 		prompts:  newPromptCache(),
