@@ -31,6 +31,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("DELETE /v1/responses/{id}", e.adapt(e.deleteResponse))
 	mux.Handle("POST /v1/responses/{id}/cancel", e.adapt(e.cancelResponse))
 	mux.Handle("GET /v1/responses/{id}/input_items", e.adapt(e.listInputItems))
+	mux.Handle("POST /v1/messages", e.adaptWith(e.messages, writeAnthropicError))
+	mux.Handle("POST /v1/messages/count_tokens", e.adaptWith(e.countTokens, writeAnthropicError))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.gatherer, promhttp.HandlerOpts{}))
 	return mux
@@ -84,10 +86,19 @@ func errorType(status int) string {
 	return strings.ReplaceAll(http.StatusText(status), " ", "") + "Error"
 }
 
-// adapt is the one place where a handler's error becomes a response.
-// Handlers return errors only before they have written anything; once a
-// stream has started they report failures in the stream itself.
+// adapt is the one place where a handler's error becomes a response, in
+// vLLM's error JSON. Handlers return errors only before they have written
+// anything; once a stream has started they report failures in the stream
+// itself.
 func (e *Engine) adapt(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return e.adaptWith(h, func(w http.ResponseWriter, ae *apiError) {
+		writeJSON(w, ae.Status, newErrorBody(ae.Status, ae.Message))
+	})
+}
+
+// adaptWith is adapt with the error rendered by render, for APIs with an
+// error shape of their own.
+func (e *Engine) adaptWith(h func(http.ResponseWriter, *http.Request) error, render func(http.ResponseWriter, *apiError)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
 		if err == nil {
@@ -98,7 +109,7 @@ func (e *Engine) adapt(h func(http.ResponseWriter, *http.Request) error) http.Ha
 			e.log.Error("request failed", "path", r.URL.Path, "err", err)
 			ae = errorf(http.StatusInternalServerError, "%v", err)
 		}
-		writeJSON(w, ae.Status, newErrorBody(ae.Status, ae.Message))
+		render(w, ae)
 	})
 }
 

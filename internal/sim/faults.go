@@ -135,8 +135,18 @@ func (p *faultPlan) clamp(total int) {
 }
 
 func faultMessage(status int) string {
-	if status == http.StatusTooManyRequests {
+	text := http.StatusText(status)
+	switch {
+	case status == http.StatusTooManyRequests:
 		return "simulated fault: rate limit exceeded, please retry later"
+	case status == statusOverloaded:
+		text = "overloaded"
+	case text == "":
+		text = "status " + strconv.Itoa(status)
 	}
-	return "simulated fault: " + strings.ToLower(http.StatusText(status))
+	return "simulated fault: " + strings.ToLower(text)
 }
+
+// statusOverloaded is Anthropic's "overloaded" status, which net/http
+// does not name.
+const statusOverloaded = 529

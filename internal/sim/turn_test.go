@@ -97,3 +97,40 @@ func (t turn) answer(kind pieceKind) string {
 	}
 	return b.String()
 }
+
+// FuzzAgentRequests feeds arbitrary bodies to the parsers of the agent
+// APIs: they may refuse them, never panic, and a prompt they accept adds
+// up.
+func FuzzAgentRequests(f *testing.F) {
+	f.Add([]byte(`{"input":"hi","tools":[{"type":"function","name":"f"}]}`))
+	f.Add([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"x"}]},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"y"}]}]}`))
+	f.Add([]byte(`{"max_tokens":5,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"r"}]}]}]}`))
+	f.Add([]byte(`{"input":[null,{"type":"message"}],"messages":[{"role":"user","content":null}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var rr responsesRequest
+		if json.Unmarshal(body, &rr) == nil {
+			if items, err := responseInput(rr.Input, false); err == nil {
+				for _, it := range items {
+					itemTexts(it)
+				}
+			}
+			if tools, err := responseTools(rr.Tools); err == nil {
+				responseToolChoice(rr.ToolChoice, tools) //nolint:errcheck
+			}
+		}
+		var mr messagesRequest
+		if json.Unmarshal(body, &mr) == nil {
+			p, err := buildMessagesPrompt("m", &mr)
+			if err != nil {
+				return
+			}
+			if p.cache != nil {
+				newPromptCache().lookup(p.cache, time.Now())
+				c := p.cache
+				if c.read+c.write5m+c.write1h > len(p.ids) {
+					t.Errorf("cache counts %+v exceed the %d-token prompt", c, len(p.ids))
+				}
+			}
+		}
+	})
+}
