@@ -4,8 +4,10 @@
 //	apps ──▶ tollgate gateway ──▶ sim.Engine (instead of vLLM)
 //
 // It speaks vLLM's HTTP dialect (/v1/chat/completions, /v1/completions,
-// /v1/embeddings, /v1/models, /health, vLLM-named /metrics) and behaves like
-// a continuous-batching engine on the wall clock, so that everything the
+// /v1/embeddings, /v1/models, /health, vLLM-named /metrics), and the two
+// agent APIs vLLM also serves: OpenAI's Responses API (/v1/responses) and
+// Anthropic's Messages API (/v1/messages). It behaves like a
+// continuous-batching engine on the wall clock, so that everything the
 // gateway measures — queueing, prefill, decode, prefix-cache hits, broken
 // streams — shows up with realistic causes rather than canned delays.
 //
@@ -38,6 +40,13 @@
 // the output agrees with the sim's usage, and each streamed content chunk
 // carries exactly one token.
 //
+// The agent APIs lay their prompt out the same way: their tools (one
+// message of one block per tool: name, description and compact schema),
+// then the system prompt or instructions, then the conversation, each
+// message counting like a chat message. A tool call counts its name and
+// arguments, a tool result its text; images and earlier thinking count
+// nothing.
+//
 // # Output length
 //
 // The length the model "wants" (the position of its EOS) is, in order of
@@ -47,6 +56,84 @@
 // reaches max_tokens (or max_completion_tokens) the output is cut there with
 // finish_reason "length", otherwise it ends with "stop". As in vLLM,
 // /v1/completions defaults max_tokens to 16.
+//
+// # Agent APIs
+//
+// POST /v1/responses and POST /v1/messages go through the same scheduler,
+// faults, OnFinish and spans as chat; their bodies and events follow
+// OpenAI's and Anthropic's APIs. Config.Dialect and PerRequestMetrics
+// shape chat and completions only.
+//
+// An answer is one assistant turn whose output tokens are, in order:
+// reasoning when asked (a Responses reasoning.effort other than "none", a
+// Messages thinking "enabled" or "adaptive"), then either text or one tool
+// call's JSON arguments, then, with Config.EOS, the end-of-sequence token.
+// Each is one scheduler token: reasoning and arguments cost decode time
+// and count as output like text. X-Sim-Output-Tokens pins the whole turn.
+// Reasoning takes a share of it — by effort minimal 10%, low 25%, medium
+// 50% (the default), high 75%, xhigh 90%; thinking 50%, at most
+// budget_tokens — or the X-Sim-Reasoning-Tokens header's count; at least
+// one answer token follows. A call's arguments are {"KEY":"WORDS"}, KEY
+// being the schema's first required property, else its first, else
+// "input": three tokens at least. max_output_tokens and max_tokens count
+// all of it and cut the turn where they fall, inside reasoning or
+// arguments too; a turn that ends exactly at the limit ends normally.
+//
+// The model calls a function (custom) tool when tool_choice forces one
+// ("required" or a named function; "any" or "tool"), or when it is left to
+// the model ("auto", the default) and the last input is the user's
+// message, not a tool's result — so an agent loop asks, gets a call, sends
+// the result back and gets text. It calls the named tool, else the first.
+// The X-Sim-Tool-Call header overrides all of that: a tool's name, or
+// "none". Built-in and server tools count as prompt, and are never called.
+//
+// Responses. usage.input_tokens is the whole prompt,
+// input_tokens_details.cached_tokens its prefix-cache hits (as in chat),
+// output_tokens_details.reasoning_tokens the reasoning. Reasoning is a
+// reasoning item; its tokens stream as reasoning summary deltas when
+// reasoning.summary is set, else its summary stays empty and they pass
+// unseen, as with OpenAI. A cut turn is "incomplete" (incomplete_details
+// reason "max_output_tokens") and its stream ends with response.incomplete
+// instead of response.completed. The stream opens at once with
+// response.created and response.in_progress, as vLLM's does, so its first
+// byte is not its first token; every event carries its sequence_number.
+// Finished responses are kept, the last 1000 unless store is false, for
+// GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+// and previous_response_id (which puts the stored conversation before the
+// input). POST /v1/responses/{id}/cancel answers as vLLM does for a
+// response not made in the background (400): the sim has no background
+// mode.
+//
+// Messages. As with vLLM nothing is sent before the first token; then
+// message_start (input and cache counts, output_tokens 1); per content
+// block (thinking, text or tool_use) content_block_start, one delta per
+// token (a thinking block ends with a signature_delta) and
+// content_block_stop, with one ping after the first block starts; then
+// message_delta (stop_reason and the cumulative usage) and message_stop.
+// stop_reason is end_turn, tool_use, max_tokens, or stop_sequence when a
+// generated token contains one of stop_sequences (that token is counted,
+// not shown). max_tokens is required. Errors take Anthropic's JSON and
+// types (400 invalid_request_error, 429 rate_limit_error, 529
+// overloaded_error, other 5xx api_error); anthropic-version and
+// anthropic-beta are accepted and ignored, as vLLM does.
+// /v1/messages/count_tokens returns the prompt's input_tokens without
+// queueing anything.
+//
+// # Prompt caching (Messages)
+//
+// /v1/messages reports caching as Anthropic does, from cache_control
+// breakpoints, not from the engine's block cache (which still sets what
+// prefill costs, as it would under vLLM). Each content block of the
+// prompt (tools, system, messages, in that order) ends at a boundary. A
+// request whose breakpoint closes a prefix of at least 1024 tokens writes
+// it for its ttl (5m or 1h), from its first token on — requests scheduled
+// before then miss. A later request reads the longest written prefix
+// found at one of its breakpoints or up to 20 blocks before one, which
+// refreshes that entry. Usage splits the prompt into
+// cache_read_input_tokens (the prefix read), cache_creation_input_tokens
+// (from there to its last breakpoint long enough to cache, split by TTL in
+// cache_creation) and input_tokens, the rest: the three add up to the
+// prompt. At most 4 breakpoints; the cache keeps 4096 prefixes.
 //
 // # Prefix cache
 //
@@ -74,6 +161,9 @@
 //
 // A fault "after N" fires once N content tokens have been sent, before the
 // next event; when the output is shorter it fires before the finish chunk.
+// In the agent APIs the content tokens are the deltas the client sees
+// (text, arguments, shown reasoning), and a fault's status is rendered in
+// the API's own error JSON.
 // Non-streamed responses reset before writing the body, stall before it, or
 // get a broken body. The header, when present, replaces the configured faults.
 //
