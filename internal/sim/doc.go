@@ -77,7 +77,8 @@
 // being the schema's first required property, else its first, else
 // "input": three tokens at least. max_output_tokens and max_tokens count
 // all of it and cut the turn where they fall, inside reasoning or
-// arguments too; a turn that ends exactly at the limit ends normally.
+// arguments too; a turn that ends exactly at the limit ends normally. A
+// turn is at most 2^20 tokens, as a model's output is bounded.
 //
 // The model calls a function (custom) tool when tool_choice forces one
 // ("required" or a named function; "any" or "tool"), or when it is left to

@@ -70,6 +70,11 @@ type turn struct {
 	stop   string // the stop sequence that ended it
 }
 
+// maxTurnTokens bounds a turn, as a model's output is bounded: the
+// script is planned in memory, and a pinned length of 10^8 tokens (a
+// stream that goes on "forever") must not allocate that many.
+const maxTurnTokens = 1 << 20
+
 // plan lays out want tokens: reasoning first, then the answer (text, or
 // the tool call's arguments), then the end-of-sequence token with
 // Config.EOS. A stop sequence found in a text token ends the turn there,
@@ -78,6 +83,19 @@ type turn struct {
 // real engine where the last token allowed is its end-of-sequence token.
 func (sp turnSpec) plan(want int, words *rand.Rand) turn {
 	word := func() string { return vocab[words.IntN(len(vocab))] }
+	var t turn
+	// Nothing past the cut is planned.
+	limit := maxTurnTokens
+	if sp.maxTokens != nil {
+		limit = min(limit, *sp.maxTokens+1)
+	}
+	add := func(kind pieceKind, text string) bool {
+		if len(t.script) >= limit {
+			return false
+		}
+		t.script = append(t.script, piece{kind, text})
+		return true
+	}
 	body := want
 	if sp.eos {
 		body = max(0, want-1)
@@ -85,7 +103,6 @@ func (sp turnSpec) plan(want int, words *rand.Rand) turn {
 	// With Config.EOS a one-token turn is its end-of-sequence token alone:
 	// an empty answer, as in chat.
 	empty := sp.eos && want <= 1 && !sp.reasoning
-	var t turn
 	if sp.reasoning {
 		r := sp.pinned
 		if r == 0 {
@@ -94,35 +111,36 @@ func (sp turnSpec) plan(want int, words *rand.Rand) turn {
 		if sp.budget > 0 {
 			r = min(r, sp.budget)
 		}
-		for range r {
-			t.script = append(t.script, piece{pieceReasoning, word()})
+		for i := 0; i < r && add(pieceReasoning, word()); i++ {
 		}
 		body = max(0, body-r)
 	}
 	t.reason = finishStop
 	switch {
 	case sp.tool != "":
-		t.script = append(t.script, piece{pieceArgs, "{" + string(marshal(sp.argKey)) + `:"`})
-		for range max(1, body-2) {
-			t.script = append(t.script, piece{pieceArgs, word()})
+		add(pieceArgs, "{"+string(marshal(sp.argKey))+`:"`)
+		for i := 0; i < max(1, body-2) && add(pieceArgs, word()); i++ {
 		}
-		t.script = append(t.script, piece{pieceArgs, `"}`})
+		add(pieceArgs, `"}`)
 	case !empty:
 	text:
 		for range max(1, body) {
 			w := word()
 			for _, s := range sp.stops {
 				if s != "" && strings.Contains(w, s) {
-					t.script = append(t.script, piece{pieceHidden, w})
-					t.reason, t.stop = finishStopSequence, s
+					if add(pieceHidden, w) {
+						t.reason, t.stop = finishStopSequence, s
+					}
 					break text
 				}
 			}
-			t.script = append(t.script, piece{pieceText, w})
+			if !add(pieceText, w) {
+				break
+			}
 		}
 	}
 	if sp.eos && t.reason == finishStop {
-		t.script = append(t.script, piece{pieceHidden, ""})
+		add(pieceHidden, "")
 	}
 	if sp.maxTokens != nil && len(t.script) > *sp.maxTokens {
 		t.script = t.script[:*sp.maxTokens]

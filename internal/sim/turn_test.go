@@ -28,6 +28,7 @@ func TestTurnPlan(t *testing.T) {
 		{"cut drops eos", turnSpec{eos: true, maxTokens: max(3)}, 4, "ttt", finishLength},
 		{"ends at the limit", turnSpec{eos: true, maxTokens: max(3)}, 3, "tth", finishStop},
 		{"stop sequence", turnSpec{stops: []string{" "}, eos: true}, 5, "h", finishStopSequence},
+		{"stop sequence past the cut", turnSpec{stops: []string{" "}, reasoning: true, pinned: 2, maxTokens: max(2)}, 5, "rr", finishLength},
 	}
 	letter := map[pieceKind]byte{pieceReasoning: 'r', pieceText: 't', pieceArgs: 'a', pieceHidden: 'h'}
 	for _, tt := range tests {
@@ -47,6 +48,20 @@ func TestTurnPlan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A turn pinned to "forever" is planned up to its cut, or up to
+// maxTurnTokens, never to its wanted length.
+func TestTurnPlanBounded(t *testing.T) {
+	limit := 5
+	for _, sp := range []turnSpec{{maxTokens: &limit}, {reasoning: true, pinned: 1e8, maxTokens: &limit}, {tool: "f", maxTokens: &limit}} {
+		if got := sp.plan(1e8, seededRand(1, "m", 1, nil)); len(got.script) != limit || got.reason != finishLength {
+			t.Errorf("%+v: %d tokens, %s", sp, len(got.script), got.reason)
+		}
+	}
+	if got := (turnSpec{}).plan(1e8, seededRand(1, "m", 1, nil)); len(got.script) != maxTurnTokens {
+		t.Errorf("unbounded turn: %d tokens", len(got.script))
 	}
 }
 
