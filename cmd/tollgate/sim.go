@@ -38,6 +38,7 @@ func simFlags(fs *flag.FlagSet) (*sim.Config, *stringList) {
 	fs.Float64Var(&c.Faults.ResetRate, "reset-rate", 0, "share of streams cut mid-way (0–1)")
 	fs.Float64Var(&c.Faults.StallRate, "stall-rate", 0, "share of streams that stall mid-way (0–1)")
 	fs.Float64Var(&c.Faults.MalformedRate, "malformed-rate", 0, "share of streams with a malformed chunk (0–1)")
+	fs.BoolVar(&c.NoUsage, "no-usage", false, "play an engine that never reports usage, even when include_usage asks for it")
 	return c, models
 }
 

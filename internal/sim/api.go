@@ -459,7 +459,7 @@ type (
 		Created        int64        `json:"created"`
 		Model          string       `json:"model"`
 		Choices        []chatChoice `json:"choices"`
-		Usage          usage        `json:"usage"`
+		Usage          *usage       `json:"usage,omitempty"` // nil with Config.NoUsage
 		PromptLogprobs *struct{}    `json:"prompt_logprobs"`
 		// Metrics only with Config.PerRequestMetrics.
 		Metrics *perRequestMetrics `json:"metrics,omitempty"`
@@ -483,7 +483,7 @@ type (
 		Created int64        `json:"created"`
 		Model   string       `json:"model"`
 		Choices []textChoice `json:"choices"`
-		Usage   usage        `json:"usage"`
+		Usage   *usage       `json:"usage,omitempty"` // nil with Config.NoUsage
 		// Metrics only with Config.PerRequestMetrics.
 		Metrics *perRequestMetrics `json:"metrics,omitempty"`
 	}

@@ -46,6 +46,12 @@ type Config struct {
 	// stream (so only with stream_options.include_usage). As in vLLM, only
 	// single-sequence requests get it.
 	PerRequestMetrics bool
+	// NoUsage plays an engine that never reports usage on chat and
+	// completions — no usage chunk even when stream_options.include_usage
+	// asks for one, no usage object in a whole response — as some engines
+	// and proxies in front of them do. The gateway must then count tokens
+	// itself.
+	NoUsage bool
 	// OnFinish, if set, is called once per sequence that leaves the engine
 	// (after its span, if any, is queued), from the scheduler goroutine, so it
 	// must not block. It runs before the response ends, so a client that has

@@ -26,6 +26,7 @@ type gen struct {
 	buf     []byte // scratch for SSE events
 	// perRequestMetrics: add vLLM's per-request metrics object.
 	perRequestMetrics bool
+	noUsage           bool // Config.NoUsage
 }
 
 // generate is the request path shared by chat and completions: plan the
@@ -62,6 +63,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, arrival time.T
 		// As in vLLM, only a single sequence's timing is reported: with
 		// several prompts no one sequence speaks for the request.
 		perRequestMetrics: e.cfg.PerRequestMetrics && len(g.prompts) == 1,
+		noUsage:           e.cfg.NoUsage,
 	}
 	total := 0
 	for i, prompt := range g.prompts {
@@ -205,7 +207,7 @@ func (q *gen) stream(ctx context.Context, w http.ResponseWriter) error {
 			return nil
 		}
 	}
-	if q.includeUsage {
+	if q.includeUsage && !q.noUsage {
 		u := q.usage()
 		c := chunk{ID: q.id, Object: q.chunkObject(), Created: q.created, Model: q.model, Choices: []any{}, Usage: &u}
 		if m := q.metrics(); m != nil {
@@ -295,6 +297,16 @@ func (q *gen) raw(w http.ResponseWriter, rc *http.ResponseController, s string) 
 	return rc.Flush()
 }
 
+// wholeUsage is the usage object of a whole response: none with
+// Config.NoUsage.
+func (q *gen) wholeUsage() *usage {
+	if q.noUsage {
+		return nil
+	}
+	u := q.usage()
+	return &u
+}
+
 // usage sums the sequences' stats; call it once all have finished.
 func (q *gen) usage() usage {
 	var u usage
@@ -372,14 +384,14 @@ func (q *gen) whole(ctx context.Context, w http.ResponseWriter) error {
 				Message:      chatMsgOut{Role: "assistant", Content: texts[0], ToolCalls: []struct{}{}},
 				FinishReason: s.stats.FinishReason,
 			}},
-			Usage:   q.usage(),
+			Usage:   q.wholeUsage(),
 			Metrics: q.metrics(),
 		})
 		return nil
 	}
 	resp := textResponse{
 		ID: q.id, Object: "text_completion", Created: q.created, Model: q.model,
-		Choices: make([]textChoice, len(q.seqs)), Usage: q.usage(), Metrics: q.metrics(),
+		Choices: make([]textChoice, len(q.seqs)), Usage: q.wholeUsage(), Metrics: q.metrics(),
 	}
 	for i, s := range q.seqs {
 		resp.Choices[i] = textChoice{Index: i, Text: texts[i], FinishReason: s.stats.FinishReason}
