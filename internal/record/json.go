@@ -57,7 +57,7 @@ type jsonRecord struct {
 	PrefixCacheHit   bool   `json:"prefix_cache_hit"`
 	Sampled          bool   `json:"sampled"`
 
-	Usage          Usage              `json:"usage"`
+	Usage          jsonUsage          `json:"usage"`
 	Cost           jsonCost           `json:"cost"`
 	Segments       map[string]float64 `json:"segments"`
 	SegmentsSource map[string]string  `json:"segments_source,omitempty"`
@@ -94,6 +94,14 @@ func (j *jsonEngine) timing() *EngineTiming {
 		return nil
 	}
 	return &EngineTiming{j.Signal, fromMS(j.Queue), fromMS(j.TTFT), fromMS(j.Prefill), fromMS(j.Decode), fromMS(j.Inference), fromMS(j.E2E), j.PromptTokens, j.CompletionTokens, j.CachedTokens}
+}
+
+// jsonUsage adds input_unknown (see Usage.InputKnown), so that a script
+// summing input_tokens can tell an unknown input from a count of 0. It is
+// derived, never read back.
+type jsonUsage struct {
+	Usage
+	InputUnknown bool `json:"input_unknown,omitempty"`
 }
 
 type jsonCost struct {
@@ -193,7 +201,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
 		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
 		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
-		Sampled:        r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
+		Sampled:        r.Sampled, Usage: jsonUsage{Usage: r.Usage}, TokenTimeline: r.Timeline,
 		Cost:     jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
 		Segments: segmentsJSON(d.Segments), SegmentsSource: d.Segments.Source, EngineTiming: engineJSON(r.EngineTiming),
 		ConnectWait: ms(r.ConnectWait), ClientWrite: ms(r.ClientWrite), ClientTail: ms(r.ClientWriteTail),
@@ -216,6 +224,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 	if j.Usage.Source == "" {
 		j.Usage.Source = SourceNone
 	}
+	j.Usage.InputUnknown = !j.Usage.InputKnown()
 	return json.Marshal(j)
 }
 
@@ -243,7 +252,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		FinishReason: j.FinishReason, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
 		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
 		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled, CacheHit: j.CacheHit,
-		Usage: j.Usage, Timeline: j.TokenTimeline,
+		Usage: j.Usage.Usage, Timeline: j.TokenTimeline,
 		Cost:    Cost{Nanos: j.Cost.Nanos, Currency: j.Cost.Currency, PriceVersion: j.Cost.PriceVersion},
 		Arrival: arrival,
 		// Read back too, since they change the segments Finish derives:

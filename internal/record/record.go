@@ -20,10 +20,11 @@ const (
 	SourceEngine    Source = "engine"    // the engine's usage object: authoritative
 	SourceTokenizer Source = "tokenizer" // counted with the served model's own tokenizer
 	SourceMerged    Source = "merged"    // engine figures completed by the tokenizer
-	// SourceChunks: the engine reported nothing and no tokenizer is
-	// configured for the model; output tokens are the content chunks
-	// streamed (exact on vLLM and SGLang, which send one token per chunk),
-	// input tokens are unknown (0).
+	// SourceChunks: the engine reported nothing and no tokenizer counted
+	// (none for the model, not loaded in time, or the prompt could not be
+	// rendered); output tokens are the content chunks streamed (exact on
+	// vLLM and SGLang, which send one token per chunk), input tokens are
+	// unknown: InputTokens holds 0 and InputKnown is false.
 	SourceChunks Source = "chunks"
 )
 
@@ -66,6 +67,18 @@ type Usage struct {
 
 // Total is input plus output tokens.
 func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// InputKnown reports whether InputTokens is a count: the engine reported
+// it or the tokenizer counted it. Otherwise (sources chunks and none) the
+// input is unknown and InputTokens holds 0, which readers show as unknown,
+// never as a count of 0.
+func (u Usage) InputKnown() bool {
+	switch u.Source {
+	case SourceEngine, SourceTokenizer, SourceMerged:
+		return true
+	}
+	return false
+}
 
 // Cost is what a request cost, rated when it ended from the price table in
 // force at its arrival. Amounts are integer nanos (1e-9) of Currency, so

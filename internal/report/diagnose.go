@@ -285,8 +285,12 @@ func Waterfall(w io.Writer, r *record.Record) {
 		}
 		return msText(*p)
 	}
-	fmt.Fprintf(w, "  TTFT %s (upstream %s)   TPOT %s   tokens in %d (cached %d), out %d [%s]\n",
-		opt(d.TTFT), opt(d.UpstreamTTFT), opt(d.TPOT), r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.OutputTokens, r.Usage.Source)
+	in := "unknown" // nobody counted it: never shown as 0
+	if u := r.Usage; u.InputKnown() {
+		in = fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens)
+	}
+	fmt.Fprintf(w, "  TTFT %s (upstream %s)   TPOT %s   tokens in %s, out %d [%s]\n",
+		opt(d.TTFT), opt(d.UpstreamTTFT), opt(d.TPOT), in, r.Usage.OutputTokens, r.Usage.Source)
 	if e := r.EngineTiming; e != nil {
 		fmt.Fprintf(w, "  engine (%s): queue %s, prefill %s, decode %s, e2e %s\n", e.Signal, msText(e.Queue), msText(e.Prefill), msText(e.Decode), msText(e.E2E))
 	}

@@ -175,7 +175,7 @@
       { label: t('col.status'), cell: (r) => statusCell(r) },
       { label: t('col.ttft_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'ttft' }, fmtMS(r.timing.ttft_ms)) },
       { label: t('col.e2e_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'e2e' }, fmtMS(r.timing.e2e_ms)) },
-      { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.usage.input_tokens) },
+      { label: t('col.input_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens)) },
       { label: t('col.output_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'output-tokens' }, fmtInt(r.usage.output_tokens)) },
       { label: t('col.cost'), num: true, cell: (r) => fmtCost(r.cost) },
     ];
@@ -217,6 +217,11 @@
       case 'end': return t('mark.end');
       default: return m;
     }
+  }
+  // inputTokens shows an input figure (n) of usage u, or "unknown" when
+  // nobody counted the input: its 0 in the JSON is not a count.
+  function inputTokens(u, n) {
+    return u.input_unknown ? t('usage.unknown') : fmtInt(n);
   }
   function sourceHelp(s) {
     switch (s) {
@@ -288,9 +293,10 @@
         kv([[t('mark.arrival'), fmtTime(tm.arrival)], ...MARKS.map((m) => [markLabel(m), isNum(marks[m]) ? fmtMS(marks[m]) + ' ms' : dash])])),
       h('div', {},
         h('div', { class: 'card', 'data-testid': 'usage' }, h('h2', {}, t('request.usage')),
-          kv([[t('usage.input'), fmtInt(r.usage.input_tokens)], [t('usage.cached'), fmtInt(r.usage.cached_input_tokens)],
+          kv([[t('usage.input'), h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens))],
+            [t('usage.cached'), inputTokens(r.usage, r.usage.cached_input_tokens)],
             [t('usage.output'), fmtInt(r.usage.output_tokens)], [t('usage.reasoning'), fmtInt(r.usage.reasoning_tokens)],
-            [t('usage.total'), fmtInt(r.usage.input_tokens + r.usage.output_tokens)],
+            [t('usage.total'), inputTokens(r.usage, r.usage.input_tokens + r.usage.output_tokens)],
             [t('usage.source'), h('span', {}, h('code', { 'data-testid': 'usage-source' }, r.usage.source), ' — ', sourceHelp(r.usage.source))]])),
         h('div', { class: 'card', 'data-testid': 'cost' }, h('h2', {}, t('request.cost')),
           kv([[t('cost.amount'), fmtCost(r.cost)], [t('cost.price_version'), r.cost.price_version || t('cost.no_price')]])))));
