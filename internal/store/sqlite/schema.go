@@ -167,6 +167,8 @@ var migrations = []string{
 	// most clients send none, and an index entry per row costs the writer.
 	`ALTER TABLE requests ADD COLUMN client_request_id TEXT NOT NULL DEFAULT '';
 	CREATE INDEX requests_client_id ON requests (client_request_id) WHERE client_request_id != '';`,
+	// 12: the rollups count the attempts whose input nobody counted.
+	migration12,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

@@ -122,9 +122,14 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the column migration 11 added.
+	// …and the column migration 11 added, and the measure of migration 12.
 	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id"); err != nil {
 		t.Fatal(err)
+	}
+	for _, tbl := range v2Tables {
+		if _, err := s.w.ExecContext(ctx, "ALTER TABLE "+tbl.name+" DROP COLUMN input_unknown"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
 		t.Fatal(err)
