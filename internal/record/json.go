@@ -62,6 +62,7 @@ type jsonRecord struct {
 	Segments       map[string]float64 `json:"segments"`
 	SegmentsSource map[string]string  `json:"segments_source,omitempty"`
 	EngineTiming   *jsonEngine        `json:"engine_timing,omitempty"`
+	EngineDue      float64            `json:"engine_timing_due_ms,omitempty"`
 	ConnectWait    float64            `json:"connect_wait_ms,omitempty"`
 	ClientWrite    float64            `json:"client_write_ms,omitempty"`
 	ClientTail     float64            `json:"client_write_tail_ms,omitempty"`
@@ -205,6 +206,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		Cost:     jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
 		Segments: segmentsJSON(d.Segments), SegmentsSource: d.Segments.Source, EngineTiming: engineJSON(r.EngineTiming),
 		ConnectWait: ms(r.ConnectWait), ClientWrite: ms(r.ClientWrite), ClientTail: ms(r.ClientWriteTail),
+		EngineDue: ms(r.EngineTimingDue),
 		Timing: jsonTiming{
 			Arrival:      r.Arrival.UTC().Format(time.RFC3339Nano),
 			TTFT:         optDurMS(d.TTFT),
@@ -258,7 +260,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		// Read back too, since they change the segments Finish derives:
 		// a record exported and imported must attribute its time the same.
 		ConnectWait: fromMS(j.ConnectWait), ClientWrite: fromMS(j.ClientWrite), ClientWriteTail: fromMS(j.ClientTail),
-		EngineTiming: j.EngineTiming.timing(),
+		EngineTiming: j.EngineTiming.timing(), EngineTimingDue: fromMS(j.EngineDue),
 		Marks: Marks{
 			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),
 			UpstreamSent: fromOptMS(m.UpstreamSent), UpstreamHeaders: fromOptMS(m.UpstreamHeaders),

@@ -234,6 +234,12 @@ type Record struct {
 
 	// EngineTiming is what the engine said about its own timing, if anything.
 	EngineTiming *EngineTiming
+	// EngineTimingDue, when the engine's own timing is still expected
+	// after the Record is finished (vLLM exports its span in batches,
+	// seconds after the response), is the offset from Arrival until which
+	// the gateway waits for it: End + otlp.join_window. Zero when none is
+	// expected. See EngineTimingPending.
+	EngineTimingDue time.Duration
 
 	// Derived by Finish.
 	Derived Derived
@@ -287,6 +293,14 @@ func (r *Record) Finish() {
 	}
 	d.Segments = r.segments()
 	r.Derived = d
+}
+
+// EngineTimingPending reports whether, at now, the engine's own timing
+// may still arrive: it is expected (EngineTimingDue), has not arrived, and
+// the wait is not over. Until then the segments the engine would split
+// (engine queue, prefill) are inferred, and readers say so.
+func (r *Record) EngineTimingPending(now time.Time) bool {
+	return r.EngineTiming == nil && r.EngineTimingDue > 0 && now.Before(r.Arrival.Add(r.EngineTimingDue))
 }
 
 // OK reports whether the request ended successfully.

@@ -169,6 +169,8 @@ var migrations = []string{
 	CREATE INDEX requests_client_id ON requests (client_request_id) WHERE client_request_id != '';`,
 	// 12: the rollups count the attempts whose input nobody counted.
 	migration12,
+	// 13: until when the engine's own timing is expected (vLLM's span).
+	`ALTER TABLE requests ADD COLUMN engine_timing_due_ns INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -331,6 +333,9 @@ var ledger = []column{
 	{"seg_client_write_ns", segNS(record.SegClientWrite), nil},
 	{"seg_post_processing_ns", segNS(record.SegPostProcessing), nil},
 	{"seg_unattributed_ns", segNS(record.SegUnattributed), nil},
+
+	// Migration 13.
+	{"engine_timing_due_ns", func(r *record.Record) any { return int64(r.EngineTimingDue) }, func(r *record.Record, _ *scratch) any { return &r.EngineTimingDue }},
 }
 
 func segNS(name string) func(*record.Record) any {

@@ -122,8 +122,9 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the column migration 11 added, and the measure of migration 12.
-	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id"); err != nil {
+	// …and the columns migrations 11 and 13 added, and the measure of
+	// migration 12.
+	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id; ALTER TABLE requests DROP COLUMN engine_timing_due_ns"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tbl := range v2Tables {
