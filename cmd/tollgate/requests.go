@@ -205,6 +205,12 @@ func printReport(w io.Writer, r *record.Record) {
 	if d.FirstPacketMerge {
 		kv("first packet merged", "yes: the first chunk carried several tokens")
 	}
+	if e := r.EngineTiming; e != nil {
+		kv("engine timing", fmt.Sprintf("%s: queue %s, prefill %s, decode %s", e.Signal, fmtMS(e.Queue), fmtMS(e.Prefill), fmtMS(e.Decode)))
+	} else if now := time.Now(); r.EngineTimingPending(now) {
+		kv("engine timing", fmt.Sprintf("pending: the engine's own span is expected within %s (otlp.join_window); until then its queue and prefill are inferred",
+			r.Arrival.Add(r.EngineTimingDue).Sub(now).Round(time.Second)))
+	}
 	marks := []struct {
 		name string
 		at   time.Duration

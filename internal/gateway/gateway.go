@@ -504,7 +504,9 @@ func (g *Gateway) guard(step string, rec *record.Record, f func()) {
 // joinEngine asks for vLLM's own span of this attempt (keyed by the trace
 // and the span id the gateway sent upstream). A span that already arrived
 // goes into the Record now; one that arrives later — vLLM batches its
-// exports — becomes an amendment of the stored row.
+// exports — becomes an amendment of the stored row, and until then the
+// Record says it is expected (EngineTimingDue: readers show "engine
+// timing pending").
 func (g *Gateway) joinEngine(rec *record.Record) {
 	if g.joiner == nil || rec.EngineTiming != nil || rec.UpstreamStatus == 0 || rec.Engine != "vllm" {
 		return
@@ -530,6 +532,8 @@ func (g *Gateway) joinEngine(rec *record.Record) {
 	sealed = true
 	if early != nil {
 		rec.EngineTiming = early
+	} else {
+		rec.EngineTimingDue = rec.Marks.End + g.joiner.Window()
 	}
 	mu.Unlock()
 }

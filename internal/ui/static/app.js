@@ -256,6 +256,13 @@
       figure(t('fig.status'), statusCell(r), '', 'status')));
     if (tm.first_packet_merge) main.append(h('p', { class: 'hint' }, t('request.first_packet_merge')));
 
+    // Engine timing pending: vLLM exports its span in batches, so for a
+    // while after the request its engine figures are still to come (until
+    // arrival + engine_timing_due_ms). The server's clock decides.
+    const now = data.now ? Date.parse(data.now) : Date.now();
+    const due = r.engine_timing_due_ms ? Date.parse(tm.arrival) + r.engine_timing_due_ms : 0;
+    const pending = !r.engine_timing && due > now;
+
     // The waterfall: segments in the order of the request's timeline, each
     // bar placed after the previous one, drawn to the scale of E2E.
     const segs = r.segments || {};
@@ -265,14 +272,17 @@
       const v = segs[s] || 0;
       const left = (at / total) * 100, width = (v / total) * 100;
       at += v;
+      const src = (r.segments_source || {})[s] || '';
       return h('div', { class: 'wf-row', 'data-segment': s },
         h('span', {}, segLabel(s)),
         h('div', { class: 'wf-track' }, v > 0 ? h('div', { class: 'wf-bar seg-' + s, style: `left:${left.toFixed(3)}%;width:${width.toFixed(3)}%`, title: `${segLabel(s)} ${fmtMS(v)} ms` }) : null),
         h('span', { class: 'num' }, fmtMS(v) + ' ms'),
-        h('span', { class: 'muted' }, (r.segments_source || {})[s] || ''));
+        h('span', { class: 'muted' }, pending && src.startsWith('inferred:') ? src + ' — ' + t('request.engine_pending_short') : src));
     });
     main.append(h('div', { class: 'card', 'data-testid': 'waterfall' }, h('h2', {}, t('request.waterfall')),
-      h('p', { class: 'hint' }, t('request.waterfall_hint')), rows,
+      h('p', { class: 'hint' }, t('request.waterfall_hint')),
+      pending ? h('p', { class: 'hint', 'data-testid': 'engine-pending' }, t('request.engine_pending', { s: Math.ceil((due - now) / 1000) })) : null,
+      rows,
       h('div', { class: 'wf-axis' }, h('span', {}, '0'), h('span', {}, fmtMS(total / 2)), h('span', {}, fmtMS(total) + ' ms'))));
 
     // Token timeline (sampled requests only).
