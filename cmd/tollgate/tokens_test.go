@@ -260,3 +260,33 @@ func TestExplainSaysEngineTimingPending(t *testing.T) {
 		t.Errorf("explain once the span arrived still says pending:\n%s", joined)
 	}
 }
+
+// TestNoEngineTimingPendingWithoutReceiver: with no OTLP receiver
+// listening no span can arrive, so no Record says its engine timing is
+// pending (it did, for join_window, before serve left the joiner out).
+func TestNoEngineTimingPendingWithoutReceiver(t *testing.T) {
+	up := startSimServer(t, sim.Config{DecodeBase: 200 * time.Microsecond})
+	cfg := shutdownConfig(t, up, 10*time.Second)
+	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = "", ""
+	cfg.EngineMetrics.Interval = 0
+	addr, cancel, wait := startServe(t, cfg)
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	cancel()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	recs := allRequests(t, cfg.Store.SQLite.Path)
+	if len(recs) != 1 || recs[0].Engine != "vllm" || recs[0].EngineTimingDue != 0 || recs[0].EngineTimingPending(time.Now()) {
+		t.Fatalf("records %+v; want one vllm request with no engine timing expected", recs)
+	}
+	out, _, err := runCmd(t, "explain", "--db", cfg.Store.SQLite.Path, recs[0].RequestID)
+	if err != nil || strings.Contains(out, "pending") {
+		t.Errorf("explain (err %v):\n%s", err, out)
+	}
+}
