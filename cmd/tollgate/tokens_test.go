@@ -41,6 +41,9 @@ func TestFirstRequestAfterStartCounted(t *testing.T) {
 	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = "", ""
 	cfg.EngineMetrics.Interval = 0
 	cfg.Tokenizers = map[string]tokenizer.Spec{model: {Tokenizer: tokFile}}
+	// The default 5 s is ample for a second's load, but not under the
+	// race detector (ten); the bound itself is tested in the gateway.
+	cfg.TokenizerWait = time.Minute
 
 	var logs lockedBuffer
 	ctx, cancel := context.WithCancel(context.Background())

@@ -181,7 +181,7 @@ func New(o Options) (*Gateway, error) {
 		g.capture = c
 		go c.run(g.stop)
 	}
-	g.counters = newCounters(o.Config.Tokenizers, o.Log)
+	g.counters = newCounters(o.Config.Tokenizers, o.Config.TokenizerWait, o.Log)
 	g.counters.preload()
 	go g.runChecks()
 	mux := http.NewServeMux()
@@ -230,7 +230,7 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	var detail []string
 	// The configured tokenizers first: a request the engine reports no
 	// usage for is counted with them, and one arriving before they are
-	// loaded would wait for them as it finishes (countWait).
+	// loaded would wait for them as it finishes (tokenizer_wait).
 	loading, failed := g.counters.unready()
 	if len(loading) > 0 {
 		status, body = http.StatusServiceUnavailable, "not ready: tokenizers still loading: "+strings.Join(loading, ", ")+"\n"

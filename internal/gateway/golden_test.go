@@ -51,7 +51,7 @@ func TestGoldenTranscripts(t *testing.T) {
 			tg := newTestGateway(t, testConfig(up.URL()))
 			// Usage the engine did not send is counted with Qwen3's own
 			// tokenizer; a request arriving while it loads would wait for
-			// it, which a busy test host could stretch past countWait.
+			// it, which a busy test host could stretch past tokenizer_wait.
 			tg.waitCounter(t, "Qwen/Qwen3-8B")
 
 			resp := post(t, tg.URL+tc.endpoint, tc.body, map[string]string{"X-Tollgate-Biz": "search"})

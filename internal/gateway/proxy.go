@@ -84,7 +84,7 @@ func (ex *exchange) complete(rec *record.Record, final []byte) {
 // did not report. It runs as the attempt's Record is finished — after the
 // answer's content went out, before the Record is rated and stored — so
 // a tokenizer still loading (the first requests after start) can be
-// waited for there, bounded (countWait), rather than the input being
+// waited for there, bounded (tokenizer_wait), rather than the input being
 // recorded unknown for good. The wait overlaps nothing the client needs
 // but the answer's last bytes, which wait for the ledger anyway.
 func (ex *exchange) countUsage(rec *record.Record) {

@@ -67,13 +67,14 @@ func (st *slowTokenizer) feed(t *testing.T) {
 }
 
 // slowGateway is a gateway in front of se whose model has the slow
-// tokenizer configured; the pipe is fed at cleanup if the test did not,
-// so that Close (which waits for loads) returns.
-func slowGateway(t *testing.T, se *simEngine, st *slowTokenizer) *testGateway {
+// tokenizer configured, waited for up to wait; the pipe is fed at cleanup
+// if the test did not, so that Close (which waits for loads) returns.
+func slowGateway(t *testing.T, se *simEngine, st *slowTokenizer, wait time.Duration) *testGateway {
 	t.Helper()
 	cfg := testConfig(se.URL)
 	cfg.Upstreams[0].Models = []string{simModel}
 	cfg.Tokenizers = map[string]tokenizer.Spec{simModel: {Tokenizer: st.path}}
+	cfg.TokenizerWait = wait
 	tg := newTestGateway(t, cfg)
 	t.Cleanup(func() { st.feed(t) }) // runs before the gateway's Close
 	return tg
@@ -92,7 +93,7 @@ func readyz(t *testing.T, tg *testGateway) (int, string) {
 // its tokenizer, while a configured tokenizer loads, and 200 once it has.
 func TestReadyWaitsForTokenizers(t *testing.T) {
 	st := newSlowTokenizer(t)
-	tg := slowGateway(t, startSim(t, sim.Config{}), st)
+	tg := slowGateway(t, startSim(t, sim.Config{}), st, time.Minute)
 	code, body := readyz(t, tg)
 	if want := "not ready: tokenizers still loading: " + simModel + " (" + st.path + ")\n"; code != 503 || body != want {
 		t.Errorf("while loading: /readyz = %d %q, want 503 %q", code, body, want)
@@ -139,7 +140,9 @@ func TestFirstRequestWaitsForTokenizer(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(map[bool]string{true: "stream", false: "whole"}[stream], func(t *testing.T) {
 			st := newSlowTokenizer(t)
-			tg := slowGateway(t, startSim(t, sim.Config{NoUsage: true}), st)
+			// A minute: Qwen3's tokenizer loads in a second or so, ten
+			// under the race detector; the wait's bound is not under test.
+			tg := slowGateway(t, startSim(t, sim.Config{NoUsage: true}), st, time.Minute)
 			body := noUsageChat + `,"stream":` + map[bool]string{true: "true", false: "false"}[stream] + `}`
 			resp := post(t, tg.URL+"/v1/chat/completions", body, map[string]string{sim.OutputTokensHeader: "12"})
 			defer resp.Body.Close()
@@ -192,8 +195,7 @@ func TestFirstRequestWaitsForTokenizer(t *testing.T) {
 // input unknown (never a count of 0).
 func TestTokenizerNotInTime(t *testing.T) {
 	st := newSlowTokenizer(t)
-	tg := slowGateway(t, startSim(t, sim.Config{NoUsage: true}), st)
-	tg.G.counters.patience = 50 * time.Millisecond
+	tg := slowGateway(t, startSim(t, sim.Config{NoUsage: true}), st, 50*time.Millisecond)
 	readAll(t, post(t, tg.URL+"/v1/chat/completions", noUsageChat+`,"stream":true}`, map[string]string{sim.OutputTokensHeader: "7"}))
 	r := tg.next(t)
 	if r.Usage.Source != record.SourceChunks || r.Usage.OutputTokens != 7 || r.Usage.InputKnown() {

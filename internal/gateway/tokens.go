@@ -60,7 +60,7 @@ type counters struct {
 	log        *slog.Logger
 	open       func(tokenizer.Spec) (*tokenizer.Counter, error) // tokenizer.Open
 	// patience bounds how long a Record waits for a tokenizer still
-	// loading (countWait).
+	// loading (config tokenizer_wait).
 	patience time.Duration
 	mu       sync.Mutex
 	ready    map[string]*tokenizer.Counter // nil value: no tokenizer for this model
@@ -70,16 +70,15 @@ type counters struct {
 	loads    sync.WaitGroup
 }
 
-// countWait is how long a finishing request waits for its model's
-// tokenizer when the engine reported no usage and the tokenizer is still
-// loading (a tokenizer.json takes about a second, a few on a busy host).
-// The answer's content has gone out by then: only its last bytes, held
-// until the Record is durable, wait. Past it the input is recorded
-// unknown (docs/metrics.md, "Tokens and their provenance").
-const countWait = 5 * time.Second
-
-func newCounters(configured map[string]tokenizer.Spec, log *slog.Logger) *counters {
-	return &counters{configured: configured, log: log, open: tokenizer.Open, patience: countWait,
+// newCounters returns the counters of the configured models (and of the
+// families with a built-in); a finishing request waits up to patience for
+// a tokenizer still loading (config tokenizer_wait: a tokenizer.json takes
+// about a second, a few on a busy host). The answer's content has gone
+// out by then: only its last bytes, held until the Record is durable,
+// wait. Past it the input is recorded unknown (docs/metrics.md, "Tokens
+// and their provenance").
+func newCounters(configured map[string]tokenizer.Spec, patience time.Duration, log *slog.Logger) *counters {
+	return &counters{configured: configured, log: log, open: tokenizer.Open, patience: patience,
 		ready: map[string]*tokenizer.Counter{}, loading: map[string]chan struct{}{}, failed: map[string]error{}}
 }
 

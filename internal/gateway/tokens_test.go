@@ -90,7 +90,8 @@ func TestCountersAwait(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		release := map[string]chan struct{}{"slow": make(chan struct{}), "stuck": make(chan struct{})}
-		c := newCounters(map[string]tokenizer.Spec{"slow": {Tokenizer: "a.json"}, "stuck": {Tokenizer: "b.json"}}, discardLog())
+		const patience = 5 * time.Second
+		c := newCounters(map[string]tokenizer.Spec{"slow": {Tokenizer: "a.json"}, "stuck": {Tokenizer: "b.json"}}, patience, discardLog())
 		c.open = func(s tokenizer.Spec) (*tokenizer.Counter, error) {
 			<-release[map[string]string{"a.json": "slow", "b.json": "stuck"}[s.Tokenizer]]
 			return o200k, nil
@@ -110,8 +111,8 @@ func TestCountersAwait(t *testing.T) {
 		}
 
 		start = time.Now()
-		if ct := c.await("stuck"); ct != nil || time.Since(start) != countWait {
-			t.Errorf("stuck: await = %p after %s, want nil after %s", ct, time.Since(start), countWait)
+		if ct := c.await("stuck"); ct != nil || time.Since(start) != patience {
+			t.Errorf("stuck: await = %p after %s, want nil after %s", ct, time.Since(start), patience)
 		}
 		if loading, _ := c.unready(); len(loading) != 1 || !strings.HasPrefix(loading[0], "stuck ") {
 			t.Errorf("unready = %q, want the stuck model only", loading)
