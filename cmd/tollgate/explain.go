@@ -29,7 +29,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
-		report.Waterfall(stdout, r)
+		report.Waterfall(stdout, r, time.Now())
 	}
 	return nil
 }

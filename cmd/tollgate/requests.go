@@ -70,9 +70,13 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tREQUEST ID\tMODEL\tUSER\tBIZ\tSTATUS\tIN\tCACHED\tOUT\tTTFT\tTPOT\tE2E\tFINISH")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n",
+		in, cached := "-", "-" // unknown: nobody counted the input
+		if r.Usage.InputKnown() {
+			in, cached = strconv.FormatInt(r.Usage.InputTokens, 10), strconv.FormatInt(r.Usage.CachedInputTokens, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 			r.Arrival.Local().Format("15:04:05.000"), r.RequestID, short(r.Model, 28), short(r.UserID, 18), dash(r.BizLine),
-			statusText(r), r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.OutputTokens,
+			statusText(r), in, cached, r.Usage.OutputTokens,
 			optMS(r.Derived.TTFT), optMS(r.Derived.TPOT), fmtMS(r.Derived.E2E), dash(r.FinishReason))
 	}
 	return tw.Flush()
@@ -181,9 +185,17 @@ func printReport(w io.Writer, r *record.Record) {
 
 	section("Usage")
 	u := r.Usage
-	kv("input tokens", fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens))
+	if u.InputKnown() {
+		kv("input tokens", fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens))
+	} else {
+		kv("input tokens", "unknown (the engine reported none and no tokenizer counted the prompt)")
+	}
 	kv("output tokens", fmt.Sprintf("%d (reasoning %d)", u.OutputTokens, u.ReasoningTokens))
-	kv("total", u.Total())
+	if u.InputKnown() {
+		kv("total", u.Total())
+	} else {
+		kv("total", fmt.Sprintf("unknown (%d output + the unknown input)", u.OutputTokens))
+	}
 	kv("counted by", u.Source)
 
 	section("Timing")
@@ -198,6 +210,12 @@ func printReport(w io.Writer, r *record.Record) {
 	kv("E2E", fmtMS(d.E2E))
 	if d.FirstPacketMerge {
 		kv("first packet merged", "yes: the first chunk carried several tokens")
+	}
+	if e := r.EngineTiming; e != nil {
+		kv("engine timing", fmt.Sprintf("%s: queue %s, prefill %s, decode %s", e.Signal, fmtMS(e.Queue), fmtMS(e.Prefill), fmtMS(e.Decode)))
+	} else if now := time.Now(); r.EngineTimingPending(now) {
+		kv("engine timing", fmt.Sprintf("pending: the engine's own span is expected within %s (otlp.join_window); until then its queue and prefill are inferred",
+			r.Arrival.Add(r.EngineTimingDue).Sub(now).Round(time.Second)))
 	}
 	marks := []struct {
 		name string

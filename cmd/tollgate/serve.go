@@ -180,8 +180,9 @@ func repeat(ctx context.Context, pass func() (wait time.Duration)) {
 	}
 }
 
-// startOTLP serves the receiver on its HTTP and gRPC addresses.
-func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func()) {
+// startOTLP serves the receiver on its HTTP and gRPC addresses; receiving
+// says whether either listens.
+func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func(), receiving bool) {
 	var stops []func()
 	if c.HTTPListen != "" {
 		if ln, err := net.Listen("tcp", c.HTTPListen); err != nil {
@@ -208,7 +209,7 @@ func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func(
 		for _, s := range stops {
 			s()
 		}
-	}
+	}, len(stops) > 0
 }
 
 func retention(r config.Retention) store.Retention {
@@ -497,8 +498,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// Records by trace id. A port in use is logged, not fatal: the gateway
 	// works without engine spans.
 	joiner := otlp.NewJoiner(cfg.OTLP.JoinWindow, 100000, reg)
-	stopOTLP := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
+	stopOTLP, receiving := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
 	defer stopOTLP()
+	if !receiving {
+		// No span can arrive: the gateway expects none, and no Record
+		// says its engine timing is pending.
+		joiner = nil
+	}
 
 	// The Record's observers after the ledger, in flow order: the
 	// alerting windows, then trace export (the gateway observes its own

@@ -38,6 +38,8 @@ type uiRecord struct {
 	Stream    bool   `json:"stream"`
 	Status    int    `json:"status"`
 	Usage     struct {
+		InputTokens  int64  `json:"input_tokens"`
+		InputUnknown bool   `json:"input_unknown"`
 		OutputTokens int64  `json:"output_tokens"`
 		Source       string `json:"source"`
 	} `json:"usage"`
@@ -133,12 +135,12 @@ upstreams:
 sampling: {normal: 1}
 prices:
   - {model: "Qwen*", currency: USD, input: 0.5, output: 2}
-otlp: {http_listen: "", grpc_listen: ""}
+otlp: {http_listen: %q, grpc_listen: ""}
 engine_metrics: {interval: 0s}
 quotas:
   users:
     %s: {daily_tokens: 1000000}
-`, filepath.Join(dir, "ui.db"), up, aliceID)
+`, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,9 @@ quotas:
 	base := "http://" + addr
 
 	// Traffic: streamed and whole answers from three users on two
-	// business lines, and one request for a model nobody serves.
+	// business lines, and one request for a model nobody serves. The
+	// OTLP receiver listens but the simulator sends no spans: every
+	// request's engine timing stays pending (join_window, 2 min).
 	sent := 0
 	for i, u := range []string{"alice", "bob", "carol", "alice", "bob", "alice"} {
 		stream := i%3 != 2
@@ -366,6 +370,23 @@ quotas:
 	if got := textOf(row + `[data-testid=output-tokens]`); got != strconv.FormatInt(pick.Usage.OutputTokens, 10) {
 		t.Errorf("output tokens in the list: %q, API %d", got, pick.Usage.OutputTokens)
 	}
+	if got := textOf(row + `[data-testid=input-tokens]`); got != strconv.FormatInt(pick.Usage.InputTokens, 10) {
+		t.Errorf("input tokens in the list: %q, API %d", got, pick.Usage.InputTokens)
+	}
+	// The unknown model's request reached no engine: nobody counted its
+	// input, which shows as unknown, not as 0.
+	unknown := 0
+	for _, r := range list.Requests {
+		if r.Usage.InputUnknown {
+			unknown++
+			if got := textOf(`tr[data-request-id="` + r.RequestID + `"] [data-testid=input-tokens]`); got != "unknown" {
+				t.Errorf("input tokens of %s (status %d, input unknown) in the list: %q, want unknown", r.RequestID, r.Status, got)
+			}
+		}
+	}
+	if unknown != 1 {
+		t.Errorf("%d requests with an unknown input in the API, want the unknown model's 1", unknown)
+	}
 	noKeys("Requests")
 	checkClean("Requests")
 	shot("requests_en")
@@ -401,6 +422,12 @@ quotas:
 	canvases := eval(`document.querySelectorAll('[data-testid=timeline-plot] canvas').length`)
 	if segs != 8 || canvases == 0 {
 		t.Errorf("waterfall rows %d (want 8), timeline canvases %d (want a plot)", segs, canvases)
+	}
+	if got := textOf(`[data-testid=engine-pending]`); !strings.HasPrefix(got, "Engine timing pending") {
+		t.Errorf("engine timing pending note: %q", got)
+	}
+	if got := textOf(`[data-testid=waterfall] .wf-row[data-segment=prefill] .muted`); !strings.HasSuffix(got, "— engine timing pending") {
+		t.Errorf("prefill's source: %q, want it marked engine timing pending", got)
 	}
 	noKeys("Request")
 	checkClean("Request")
@@ -670,6 +697,9 @@ quotas:
 	}
 	if got := textOf(`#main [data-testid=waterfall] h2`); got != "时间花在哪里" {
 		t.Errorf("waterfall title in Chinese: %q", got)
+	}
+	if got := textOf(`[data-testid=engine-pending]`); !strings.HasPrefix(got, "引擎计时待到") {
+		t.Errorf("engine timing pending note in Chinese: %q", got)
 	}
 	noKeys("Request (zh)")
 	checkClean("Request (zh)")

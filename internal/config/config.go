@@ -40,6 +40,11 @@ type Config struct {
 	Metrics       Metrics                   `yaml:"metrics"`
 	API           API                       `yaml:"api"`
 	Tokenizers    map[string]tokenizer.Spec `yaml:"tokenizers"`
+	// TokenizerWait bounds how long a finishing request whose engine
+	// reported no usage waits for its model's tokenizer still loading
+	// (the first requests after start); past it the input is recorded
+	// unknown. Only the response's last bytes wait. 0: never wait.
+	TokenizerWait time.Duration `yaml:"tokenizer_wait"`
 	// Prices and GPU-hour prices rate every request (see internal/cost).
 	Prices   []cost.Price   `yaml:"prices"`
 	GPUHours []cost.GPUHour `yaml:"gpu_hours"`
@@ -428,6 +433,7 @@ func Default() *Config {
 		Metrics:       Metrics{MaxModels: 64, MaxBizLines: 64, MaxTemplates: 256},
 		ResponseCache: ResponseCache{TTL: 10 * time.Minute, MaxBytes: 64 << 20, Scope: "key"},
 		OTLP:          OTLP{HTTPListen: "127.0.0.1:4318", GRPCListen: "127.0.0.1:4317", JoinWindow: 2 * time.Minute},
+		TokenizerWait: 5 * time.Second,
 		EngineMetrics: EngineMetrics{Interval: 15 * time.Second},
 	}
 }

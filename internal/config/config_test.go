@@ -44,6 +44,7 @@ func TestBadConfigs(t *testing.T) {
 		"long_lane_over_max.bad.yml":      "upstreams[0].long_max_concurrency: must be less than max_concurrency (4), or long requests could take every slot; got 4",
 		"long_lane_no_threshold.bad.yml":  "upstreams[0].long_max_concurrency: needs long_input_tokens, the input size above which a request is long",
 		"long_lane_negative.bad.yml":      "upstreams[0].long_input_tokens: must not be negative (0: no long-input lane)",
+		"tokenizer_wait_negative.bad.yml": "tokenizer_wait: must not be negative (0: never wait); got -1s",
 		"priority_unknown_key.bad.yml":    `admission.priorities.keys.ghost: no auth key named "ghost"`,
 		"priority_typo.bad.yml":           "admission.priorities.biz_line: unknown key (line 3)",
 		"alert_bad_signal.bad.yml":        `alerts.rules[0].signal: unknown signal "ttft_p98"; one of ` + signalNames(),
@@ -131,6 +132,9 @@ func TestFullConfig(t *testing.T) {
 	}
 	if cfg.Store.FlushInterval != 50*time.Millisecond || cfg.Log.Format != "json" {
 		t.Errorf("store/log not decoded: %+v %+v", cfg.Store, cfg.Log)
+	}
+	if cfg.TokenizerWait != 2*time.Second {
+		t.Errorf("tokenizer_wait = %s, want 2s", cfg.TokenizerWait)
 	}
 }
 

@@ -555,6 +555,9 @@ func (c *Config) Validate() error {
 			bad("tokenizers."+m, "%v", err)
 		}
 	}
+	if c.TokenizerWait < 0 {
+		bad("tokenizer_wait", "must not be negative (0: never wait); got %s", c.TokenizerWait)
+	}
 	return errors.Join(errs...)
 }
 

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,7 +185,7 @@ func New(o Options) (*Gateway, error) {
 		g.capture = c
 		go c.run(g.stop)
 	}
-	g.counters = newCounters(o.Config.Tokenizers, o.Log)
+	g.counters = newCounters(o.Config.Tokenizers, o.Config.TokenizerWait, o.Log)
 	g.counters.preload()
 	go g.runChecks()
 	mux := http.NewServeMux()
@@ -231,14 +232,28 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status, body := http.StatusOK, "ready\n"
+	var detail []string
+	// The configured tokenizers first: a request the engine reports no
+	// usage for is counted with them, and one arriving before they are
+	// loaded would wait for them as it finishes (tokenizer_wait).
+	loading, failed := g.counters.unready()
+	if len(loading) > 0 {
+		status, body = http.StatusServiceUnavailable, "not ready: tokenizers still loading: "+strings.Join(loading, ", ")+"\n"
+	}
+	for _, f := range failed {
+		detail = append(detail, "tokenizer failed to load, inputs the engine does not report are recorded unknown: "+f)
+	}
 	if g.ready != nil {
-		detail, err := g.ready()
-		if err != nil {
+		d, err := g.ready()
+		if err != nil && status == http.StatusOK {
 			status, body = http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n"
+		} else if err != nil {
+			detail = append(detail, "not ready: "+err.Error())
 		}
-		for _, d := range detail {
-			body += d + "\n"
-		}
+		detail = append(detail, d...)
+	}
+	for _, d := range detail {
+		body += d + "\n"
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -324,7 +339,10 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 			return
 		}
 	}
-	ct := g.counters.get(rec.Model)
+	// The tokenizer, if loaded. Admission does not wait for one still
+	// loading: its estimate is then the prompt's bytes / 4 (quotas settle
+	// on the real count).
+	ct, loading := g.counters.lookup(rec.Model)
 	var in int64 // the input estimate, when quotas or a long-input lane need it
 	if g.limiter != nil || g.routes.longLanes {
 		in = inputEstimate(rec, ct, body)
@@ -343,7 +361,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, injected: injected, trace: tc, since: since, cacheKey: ck,
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: ct != nil || loading, injected: injected, trace: tc, since: since, cacheKey: ck,
 		prio: g.prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
 	if adm != nil {
 		ex.rate = adm.rate
@@ -362,6 +380,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		cur.Upstream, cur.Engine = cands[i].cfg.Name, cands[i].cfg.Engine
 		retry := ex.attempt(cur, cands[i], i < attempts-1)
 		if !ex.finished {
+			ex.countUsage(cur)
 			g.finish(cur)
 		}
 		ex.finished = false
@@ -491,7 +510,9 @@ func (g *Gateway) guard(step string, rec *record.Record, f func()) {
 // joinEngine asks for vLLM's own span of this attempt (keyed by the trace
 // and the span id the gateway sent upstream). A span that already arrived
 // goes into the Record now; one that arrives later — vLLM batches its
-// exports — becomes an amendment of the stored row.
+// exports — becomes an amendment of the stored row, and until then the
+// Record says it is expected (EngineTimingDue: readers show "engine
+// timing pending").
 func (g *Gateway) joinEngine(rec *record.Record) {
 	if g.joiner == nil || rec.EngineTiming != nil || rec.UpstreamStatus == 0 || rec.Engine != "vllm" {
 		return
@@ -517,6 +538,8 @@ func (g *Gateway) joinEngine(rec *record.Record) {
 	sealed = true
 	if early != nil {
 		rec.EngineTiming = early
+	} else {
+		rec.EngineTimingDue = rec.Marks.End + g.joiner.Window()
 	}
 	mu.Unlock()
 }

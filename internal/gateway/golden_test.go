@@ -49,6 +49,10 @@ func TestGoldenTranscripts(t *testing.T) {
 			}
 			up := newTranscriptUpstream(t, string(transcript))
 			tg := newTestGateway(t, testConfig(up.URL()))
+			// Usage the engine did not send is counted with Qwen3's own
+			// tokenizer; a request arriving while it loads would wait for
+			// it, which a busy test host could stretch past tokenizer_wait.
+			tg.waitCounter(t, "Qwen/Qwen3-8B")
 
 			resp := post(t, tg.URL+tc.endpoint, tc.body, map[string]string{"X-Tollgate-Biz": "search"})
 			got := readAll(t, resp)

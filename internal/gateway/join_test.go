@@ -56,6 +56,9 @@ func TestJoinSpanBeforeResponseEnds(t *testing.T) {
 	if r.EngineTiming == nil || r.EngineTiming.Signal != otlp.SignalVLLMSpan || r.Derived.Segments.Source[record.SegEngineQueue] != "engine:vllm-span" {
 		t.Fatalf("record without the engine's span: %+v %v", r.EngineTiming, r.Derived.Segments.Source)
 	}
+	if r.EngineTimingDue != 0 {
+		t.Errorf("EngineTimingDue = %s for a span already joined, want 0: nothing is pending", r.EngineTimingDue)
+	}
 	checkInvariants(t, r)
 	select {
 	case a := <-amends:
@@ -71,6 +74,11 @@ func TestJoinSpanAfterResponseEnds(t *testing.T) {
 	tg, se, amends := joinGatewayWithSim(t)
 	readAll(t, post(t, tg.URL+"/v1/chat/completions", `{"model":"`+simModel+`","messages":[{"role":"user","content":"hi"}],"stream":true}`, map[string]string{sim.OutputTokensHeader: "12"}))
 	r := tg.next(t)
+	// Until the span arrives the Record says it is expected, for the
+	// join window after the response ended: engine timing pending.
+	if r.EngineTiming != nil || r.EngineTimingDue != r.Marks.End+time.Minute || !r.EngineTimingPending(time.Now()) {
+		t.Errorf("record as handed on: timing %+v, due %s (end %s); want none yet, due end + 1m, pending", r.EngineTiming, r.EngineTimingDue, r.Marks.End)
+	}
 	var a amendment
 	select {
 	case a = <-amends:
@@ -94,6 +102,9 @@ func TestJoinSpanAfterResponseEnds(t *testing.T) {
 	checkInvariants(t, &amended)
 	if amended.Derived.Segments.Source[record.SegPrefill] != "engine:vllm-span" {
 		t.Errorf("amended segments still inferred: %v", amended.Derived.Segments.Source)
+	}
+	if amended.EngineTimingPending(time.Now()) {
+		t.Error("amended record still pending")
 	}
 }
 

@@ -57,6 +57,13 @@ type exchange struct {
 	prio       int         // place in upstream queues (admission.priorities)
 	inTokens   int64       // input estimate; picks the long-input lane (0 when no lane needs it)
 	capBuf     *captureBuf // what a capture would keep; nil unless capture.enabled
+
+	// Usage the engine did not report: ct is the model's tokenizer when
+	// loaded at admission; counting, that one is loaded or loading, so the
+	// generated text is kept; uncounted, the current attempt's usage is
+	// to be counted from text as its Record is finished (countUsage).
+	counting, uncounted bool
+	text                string
 }
 
 // complete ends a successful response: the Record is finished and made
@@ -65,11 +72,33 @@ type exchange struct {
 func (ex *exchange) complete(rec *record.Record, final []byte) {
 	rec.ResponseBytes += int64(len(final))
 	ex.finished = true
+	ex.countUsage(rec)
 	ex.g.commit(rec)
 	if len(final) > 0 {
 		_, _ = ex.w.Write(final)
 		_ = http.NewResponseController(ex.w).Flush()
 	}
+}
+
+// countUsage counts, with the model's tokenizer, the usage the engine
+// did not report. It runs as the attempt's Record is finished — after the
+// answer's content went out, before the Record is rated and stored — so
+// a tokenizer still loading (the first requests after start) can be
+// waited for there, bounded (tokenizer_wait), rather than the input being
+// recorded unknown for good. The wait overlaps nothing the client needs
+// but the answer's last bytes, which wait for the ledger anyway.
+func (ex *exchange) countUsage(rec *record.Record) {
+	if !ex.uncounted {
+		return
+	}
+	ct := ex.ct
+	if ct == nil {
+		ct = ex.g.counters.await(rec.Model)
+	}
+	if countUsage(rec, ct, ex.clientBody, ex.text); rec.Usage.Source == record.SourceTokenizer {
+		endToken(rec)
+	}
+	ex.uncounted, ex.text = false, ""
 }
 
 // watchdog enforces the first-token and idle timeouts with one timer
@@ -222,7 +251,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		done      bool
 		engErr    string
 		finished  bool
-		text      streamText // only with a tokenizer, for usage the engine never sends
+		text      streamText // only with a tokenizer (or one loading), for usage the engine never sends
 		cwAtLast  time.Duration
 		parser    usage.ChunkParser // reuses the model string across chunks
 		doneEvent []byte
@@ -283,7 +312,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 					out = stripUsageNull(out)
 				}
 				if c.HasContent {
-					if ex.ct != nil {
+					if ex.counting {
 						text.add(ev.Data)
 					}
 					if ex.capBuf != nil {
@@ -333,11 +362,11 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 	rec.ClientWriteTail = rec.ClientWrite - cwAtLast
 	if rec.Usage.Source == "" && tl.written > 0 {
 		// The engine never reported usage (stream cut, or an engine that
-		// does not): count what was streamed with the model's tokenizer,
-		// or, without one, one token per chunk.
+		// does not): one token per chunk, input unknown, until the
+		// model's tokenizer counts what was streamed (countUsage).
 		rec.Usage = record.Usage{OutputTokens: int64(tl.written), Source: record.SourceChunks}
-		countUsage(rec, ex.ct, ex.clientBody, string(text.b))
 		endToken(rec)
+		ex.uncounted, ex.text = ex.counting, string(text.b)
 	}
 
 	switch {
@@ -450,8 +479,8 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		rec.ContentBytes = int64(pr.Content)
 		if pr.Usage != nil {
 			rec.Usage = *pr.Usage
-		} else if countUsage(rec, ex.ct, ex.clientBody, responseText(body)); rec.Usage.Source == record.SourceTokenizer {
-			endToken(rec)
+		} else if ex.counting {
+			ex.uncounted, ex.text = true, responseText(body) // counted by countUsage
 		}
 	}
 	if !ok {

@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
@@ -44,35 +47,82 @@ func SpecFor(model string, configured map[string]tokenizer.Spec) (tokenizer.Spec
 	return tokenizer.Spec{}, false
 }
 
-// counters hands out loaded counters without ever blocking the request
-// path: a model's first request starts the load in the background and
-// goes on without a counter; later requests find it ready.
+// counters hands out loaded counters without ever blocking admission: a
+// model's first request starts the load in the background and goes on
+// without a counter; later requests find it ready. The configured models'
+// tokenizers are loaded at start (preload), and /readyz answers 503 until
+// they are (loading). A request that finds its model's tokenizer still
+// loading keeps what it needs to count, and waits for it when its Record
+// is finished (await), so the first requests after start are counted,
+// not recorded with an unknown input for good.
 type counters struct {
 	configured map[string]tokenizer.Spec
 	log        *slog.Logger
-	mu         sync.Mutex
-	ready      map[string]*tokenizer.Counter // nil value: no tokenizer for this model
-	loading    map[string]bool
-	done       chan string // load completions, for tests; may be nil
-	loads      sync.WaitGroup
+	open       func(tokenizer.Spec) (*tokenizer.Counter, error) // tokenizer.Open
+	// patience bounds how long a Record waits for a tokenizer still
+	// loading (config tokenizer_wait).
+	patience time.Duration
+	mu       sync.Mutex
+	ready    map[string]*tokenizer.Counter // nil value: no tokenizer for this model
+	loading  map[string]chan struct{}      // closed when the model's load ends
+	failed   map[string]error              // configured tokenizers that did not load
+	done     chan string                   // load completions, for tests; may be nil
+	loads    sync.WaitGroup
 }
 
-func newCounters(configured map[string]tokenizer.Spec, log *slog.Logger) *counters {
-	return &counters{configured: configured, log: log, ready: map[string]*tokenizer.Counter{}, loading: map[string]bool{}}
+// newCounters returns the counters of the configured models (and of the
+// families with a built-in); a finishing request waits up to patience for
+// a tokenizer still loading (config tokenizer_wait: a tokenizer.json takes
+// about a second, a few on a busy host). The answer's content has gone
+// out by then: only its last bytes, held until the Record is durable,
+// wait. Past it the input is recorded unknown (docs/metrics.md, "Tokens
+// and their provenance").
+func newCounters(configured map[string]tokenizer.Spec, patience time.Duration, log *slog.Logger) *counters {
+	return &counters{configured: configured, log: log, open: tokenizer.Open, patience: patience,
+		ready: map[string]*tokenizer.Counter{}, loading: map[string]chan struct{}{}, failed: map[string]error{}}
 }
 
 // get returns the model's counter if it is loaded, nil otherwise.
 func (c *counters) get(model string) *tokenizer.Counter {
+	ct, _ := c.lookup(model)
+	return ct
+}
+
+// lookup returns the model's counter if it is loaded; otherwise it starts
+// the load if none has, and says whether one is under way.
+func (c *counters) lookup(model string) (ct *tokenizer.Counter, loading bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ct, ok := c.ready[model]; ok {
+		return ct, false
+	}
+	if c.loading[model] == nil {
+		end := make(chan struct{})
+		c.loading[model] = end
+		c.loads.Go(func() { c.load(model, end) })
+	}
+	return nil, true
+}
+
+// await returns the model's counter, waiting up to the patience for a
+// load under way; nil when the model has none or its load has not ended
+// in time.
+func (c *counters) await(model string) *tokenizer.Counter {
+	ct, loading := c.lookup(model)
+	if !loading {
 		return ct
 	}
-	if !c.loading[model] {
-		c.loading[model] = true
-		c.loads.Go(func() { c.load(model) })
+	c.mu.Lock()
+	end := c.loading[model]
+	c.mu.Unlock()
+	t := time.NewTimer(c.patience)
+	defer t.Stop()
+	select {
+	case <-end:
+		return c.get(model)
+	case <-t.C:
+		return nil
 	}
-	return nil
 }
 
 // preload loads the configured models' counters, e.g. at start-up.
@@ -82,24 +132,49 @@ func (c *counters) preload() {
 	}
 }
 
+// unready lists, sorted, the configured models whose tokenizer is still
+// loading, and notes the ones that failed: /readyz is not ready while the
+// first list is not empty. A failed load does not hold readiness (it
+// would never end); it is said, and those models' inputs are recorded
+// unknown when their engine reports no usage.
+func (c *counters) unready() (loading, failed []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for m, spec := range c.configured {
+		if _, ok := c.ready[m]; !ok {
+			loading = append(loading, fmt.Sprintf("%s (%s)", m, spec.Tokenizer))
+		} else if err := c.failed[m]; err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", m, err))
+		}
+	}
+	slices.Sort(loading)
+	slices.Sort(failed)
+	return loading, failed
+}
+
 // wait returns when no load is running, so that a closed gateway leaves
 // no goroutine behind (a tokenizer file cannot be abandoned half read).
 func (c *counters) wait() { c.loads.Wait() }
 
-func (c *counters) load(model string) {
+func (c *counters) load(model string, end chan struct{}) {
 	var ct *tokenizer.Counter
+	var failed error
 	if spec, ok := SpecFor(model, c.configured); ok {
 		var err error
-		if ct, err = tokenizer.Open(spec); err != nil {
-			c.log.Warn("tokenizer not available; usage the engine does not report will be estimated from chunks", "model", model, "tokenizer", spec.Tokenizer, "err", err)
-			ct = nil
+		if ct, err = c.open(spec); err != nil {
+			c.log.Warn("tokenizer not available; usage the engine does not report will be estimated from chunks, input unknown", "model", model, "tokenizer", spec.Tokenizer, "err", err)
+			ct, failed = nil, err
 		} else {
 			c.log.Info("tokenizer loaded", "model", model, "tokenizer", spec.Tokenizer)
 		}
 	}
 	c.mu.Lock()
 	c.ready[model] = ct
+	if failed != nil {
+		c.failed[model] = failed
+	}
 	c.mu.Unlock()
+	close(end)
 	if c.done != nil {
 		c.done <- model
 	}
@@ -209,16 +284,19 @@ func responseText(body []byte) string {
 
 // countUsage fills usage the engine did not report, with the model's own
 // tokenizer: output from the text streamed or returned, input from the
-// request. Without a counter the chunk count stays (source chunks).
+// request. Without a counter, or for a prompt the tokenizer cannot render
+// (non-text parts, no chat template), the usage stays as it is — the
+// chunk count (source chunks) or nothing — and the input unknown:
+// source tokenizer always means both sides were counted.
 func countUsage(rec *record.Record, ct *tokenizer.Counter, body []byte, text string) {
 	if ct == nil {
 		return
 	}
-	u := record.Usage{Source: record.SourceTokenizer, OutputTokens: int64(ct.TextTokens(text))}
-	if n, ok := promptTokens(ct, rec.Endpoint, body); ok {
-		u.InputTokens = n
+	in, ok := promptTokens(ct, rec.Endpoint, body)
+	if !ok {
+		return
 	}
-	rec.Usage = u
+	rec.Usage = record.Usage{Source: record.SourceTokenizer, InputTokens: in, OutputTokens: int64(ct.TextTokens(text))}
 }
 
 // endToken adds to an output count made by tollgate (the engine sent no

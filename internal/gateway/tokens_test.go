@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -77,6 +78,53 @@ func TestTokenizerMismatchSignal(t *testing.T) {
 	if got := metricValue(t, tg, "tollgate_tokenizer_mismatch_total", map[string]string{"model": simModel}); got != 1 {
 		t.Errorf("mismatch metric = %v, want 1", got)
 	}
+}
+
+// TestCountersAwait: a finishing request waits for a tokenizer still
+// loading until it has loaded, and at most the patience; a model with no
+// tokenizer never waits. (The clock is synctest's: no real waiting.)
+func TestCountersAwait(t *testing.T) {
+	o200k, err := tokenizer.Open(tokenizer.Spec{Tokenizer: "o200k_base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		release := map[string]chan struct{}{"slow": make(chan struct{}), "stuck": make(chan struct{})}
+		const patience = 5 * time.Second
+		c := newCounters(map[string]tokenizer.Spec{"slow": {Tokenizer: "a.json"}, "stuck": {Tokenizer: "b.json"}}, patience, discardLog())
+		c.open = func(s tokenizer.Spec) (*tokenizer.Counter, error) {
+			<-release[map[string]string{"a.json": "slow", "b.json": "stuck"}[s.Tokenizer]]
+			return o200k, nil
+		}
+		c.preload()
+		if loading, _ := c.unready(); len(loading) != 2 {
+			t.Errorf("unready = %q, want both configured models", loading)
+		}
+
+		start := time.Now()
+		go func() {
+			time.Sleep(time.Second)
+			close(release["slow"])
+		}()
+		if ct := c.await("slow"); ct != o200k || time.Since(start) != time.Second {
+			t.Errorf("slow: await = %p after %s, want the counter after 1s, when it loaded", ct, time.Since(start))
+		}
+
+		start = time.Now()
+		if ct := c.await("stuck"); ct != nil || time.Since(start) != patience {
+			t.Errorf("stuck: await = %p after %s, want nil after %s", ct, time.Since(start), patience)
+		}
+		if loading, _ := c.unready(); len(loading) != 1 || !strings.HasPrefix(loading[0], "stuck ") {
+			t.Errorf("unready = %q, want the stuck model only", loading)
+		}
+
+		start = time.Now()
+		if ct := c.await("no-such-family"); ct != nil || time.Since(start) != 0 {
+			t.Errorf("a model without a tokenizer: await = %p after %s, want nil at once", ct, time.Since(start))
+		}
+		close(release["stuck"])
+		c.wait()
+	})
 }
 
 func TestSpecFor(t *testing.T) {

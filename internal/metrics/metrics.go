@@ -178,8 +178,11 @@ func (m *Metrics) Observe(r *record.Record) {
 	if !r.OK() {
 		return
 	}
-	if u.Source != record.SourceNone && u.Source != "" {
+	// An input nobody counted is left out, not observed as 0 tokens.
+	if u.InputKnown() {
 		m.tokenUsage.WithLabelValues(model, up, biz, "input").Observe(float64(u.InputTokens))
+	}
+	if u.Source != record.SourceNone && u.Source != "" {
 		m.tokenUsage.WithLabelValues(model, up, biz, "output").Observe(float64(u.OutputTokens))
 	}
 	if !r.Stream {

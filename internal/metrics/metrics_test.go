@@ -64,3 +64,36 @@ func TestObserveInvalidUTF8(t *testing.T) {
 		t.Fatalf("requests series = %d, want 1", n)
 	}
 }
+
+// TestUnknownInputNotObserved: a request whose input nobody counted
+// (source chunks) adds no 0-token observation to the input histogram;
+// its output is observed.
+func TestUnknownInputNotObserved(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, label.New(reg, label.Config{MaxModels: 4, MaxBizLines: 4}))
+	r := &record.Record{Model: "m", Upstream: "u", Status: 200, Usage: record.Usage{OutputTokens: 7, Source: record.SourceChunks}}
+	r.Finish()
+	m.Observe(r)
+	count := func(kind string) uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "gen_ai_client_token_usage" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				for _, lp := range mt.GetLabel() {
+					if lp.GetName() == "gen_ai_token_type" && lp.GetValue() == kind {
+						return mt.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	if in, out := count("input"), count("output"); in != 0 || out != 1 {
+		t.Errorf("observations: input %d, output %d; want 0 and 1", in, out)
+	}
+}

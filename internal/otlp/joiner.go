@@ -143,6 +143,10 @@ func (j *Joiner) Expect(traceID, spanID string, fn func(record.EngineTiming)) {
 	}
 }
 
+// Window is how long an expectation waits for its span (the TTL):
+// otlp.join_window.
+func (j *Joiner) Window() time.Duration { return j.ttl }
+
 // Len returns how many spans and expectations are waiting, after dropping
 // the expired ones.
 func (j *Joiner) Len() (spans, expects int) {

@@ -59,11 +59,12 @@ type jsonRecord struct {
 	PrefixCacheHit   bool   `json:"prefix_cache_hit"`
 	Sampled          bool   `json:"sampled"`
 
-	Usage          Usage              `json:"usage"`
+	Usage          jsonUsage          `json:"usage"`
 	Cost           jsonCost           `json:"cost"`
 	Segments       map[string]float64 `json:"segments"`
 	SegmentsSource map[string]string  `json:"segments_source,omitempty"`
 	EngineTiming   *jsonEngine        `json:"engine_timing,omitempty"`
+	EngineDue      float64            `json:"engine_timing_due_ms,omitempty"`
 	ConnectWait    float64            `json:"connect_wait_ms,omitempty"`
 	ClientWrite    float64            `json:"client_write_ms,omitempty"`
 	ClientTail     float64            `json:"client_write_tail_ms,omitempty"`
@@ -98,6 +99,14 @@ func (j *jsonEngine) timing() *EngineTiming {
 		return nil
 	}
 	return &EngineTiming{j.Signal, fromMS(j.Queue), fromMS(j.TTFT), fromMS(j.Prefill), fromMS(j.Decode), fromMS(j.Inference), fromMS(j.E2E), j.PromptTokens, j.CompletionTokens, j.CachedTokens}
+}
+
+// jsonUsage adds input_unknown (see Usage.InputKnown), so that a script
+// summing input_tokens can tell an unknown input from a count of 0. It is
+// derived, never read back.
+type jsonUsage struct {
+	Usage
+	InputUnknown bool `json:"input_unknown,omitempty"`
 }
 
 type jsonCost struct {
@@ -197,10 +206,11 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
 		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
 		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
-		Sampled:        r.Sampled, Usage: r.Usage, TokenTimeline: r.Timeline,
+		Sampled:        r.Sampled, Usage: jsonUsage{Usage: r.Usage}, TokenTimeline: r.Timeline,
 		Cost:     jsonCost{Nanos: r.Cost.Nanos, Amount: r.Cost.Amount(), Currency: r.Cost.Currency, PriceVersion: r.Cost.PriceVersion},
 		Segments: segmentsJSON(d.Segments), SegmentsSource: d.Segments.Source, EngineTiming: engineJSON(r.EngineTiming),
 		ConnectWait: ms(r.ConnectWait), ClientWrite: ms(r.ClientWrite), ClientTail: ms(r.ClientWriteTail),
+		EngineDue: ms(r.EngineTimingDue),
 		Timing: jsonTiming{
 			Arrival:      r.Arrival.UTC().Format(time.RFC3339Nano),
 			TTFT:         optDurMS(d.TTFT),
@@ -220,6 +230,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 	if j.Usage.Source == "" {
 		j.Usage.Source = SourceNone
 	}
+	j.Usage.InputUnknown = !j.Usage.InputKnown()
 	return json.Marshal(j)
 }
 
@@ -247,13 +258,13 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		FinishReason: j.FinishReason, ResponseID: j.ResponseID, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
 		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
 		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled, CacheHit: j.CacheHit,
-		Usage: j.Usage, Timeline: j.TokenTimeline,
+		Usage: j.Usage.Usage, Timeline: j.TokenTimeline,
 		Cost:    Cost{Nanos: j.Cost.Nanos, Currency: j.Cost.Currency, PriceVersion: j.Cost.PriceVersion},
 		Arrival: arrival,
 		// Read back too, since they change the segments Finish derives:
 		// a record exported and imported must attribute its time the same.
 		ConnectWait: fromMS(j.ConnectWait), ClientWrite: fromMS(j.ClientWrite), ClientWriteTail: fromMS(j.ClientTail),
-		EngineTiming: j.EngineTiming.timing(),
+		EngineTiming: j.EngineTiming.timing(), EngineTimingDue: fromMS(j.EngineDue),
 		Marks: Marks{
 			AuthDone: fromOptMS(m.AuthDone), Admitted: fromOptMS(m.Admitted),
 			UpstreamSent: fromOptMS(m.UpstreamSent), UpstreamHeaders: fromOptMS(m.UpstreamHeaders),

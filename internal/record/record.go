@@ -20,10 +20,11 @@ const (
 	SourceEngine    Source = "engine"    // the engine's usage object: authoritative
 	SourceTokenizer Source = "tokenizer" // counted with the served model's own tokenizer
 	SourceMerged    Source = "merged"    // engine figures completed by the tokenizer
-	// SourceChunks: the engine reported nothing and no tokenizer is
-	// configured for the model; output tokens are the content chunks
-	// streamed (exact on vLLM and SGLang, which send one token per chunk),
-	// input tokens are unknown (0).
+	// SourceChunks: the engine reported nothing and no tokenizer counted
+	// (none for the model, not loaded in time, or the prompt could not be
+	// rendered); output tokens are the content chunks streamed (exact on
+	// vLLM and SGLang, which send one token per chunk), input tokens are
+	// unknown: InputTokens holds 0 and InputKnown is false.
 	SourceChunks Source = "chunks"
 )
 
@@ -68,6 +69,18 @@ type Usage struct {
 
 // Total is input plus output tokens.
 func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// InputKnown reports whether InputTokens is a count: the engine reported
+// it or the tokenizer counted it. Otherwise (sources chunks and none) the
+// input is unknown and InputTokens holds 0, which readers show as unknown,
+// never as a count of 0.
+func (u Usage) InputKnown() bool {
+	switch u.Source {
+	case SourceEngine, SourceTokenizer, SourceMerged:
+		return true
+	}
+	return false
+}
 
 // Cost is what a request cost, rated when it ended from the price table in
 // force at its arrival. Amounts are integer nanos (1e-9) of Currency, so
@@ -245,6 +258,12 @@ type Record struct {
 
 	// EngineTiming is what the engine said about its own timing, if anything.
 	EngineTiming *EngineTiming
+	// EngineTimingDue, when the engine's own timing is still expected
+	// after the Record is finished (vLLM exports its span in batches,
+	// seconds after the response), is the offset from Arrival until which
+	// the gateway waits for it: End + otlp.join_window. Zero when none is
+	// expected. See EngineTimingPending.
+	EngineTimingDue time.Duration
 
 	// Derived by Finish.
 	Derived Derived
@@ -304,6 +323,14 @@ func (r *Record) Finish() {
 	}
 	d.Segments = r.segments()
 	r.Derived = d
+}
+
+// EngineTimingPending reports whether, at now, the engine's own timing
+// may still arrive: it is expected (EngineTimingDue), has not arrived, and
+// the wait is not over. Until then the segments the engine would split
+// (engine queue, prefill) are inferred, and readers say so.
+func (r *Record) EngineTimingPending(now time.Time) bool {
+	return r.EngineTiming == nil && r.EngineTimingDue > 0 && now.Before(r.Arrival.Add(r.EngineTimingDue))
 }
 
 // OK reports whether the request ended successfully.

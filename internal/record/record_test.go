@@ -119,6 +119,52 @@ func TestUsageTotal(t *testing.T) {
 	}
 }
 
+// TestInputUnknown: an input nobody counted (sources chunks and none) is
+// unknown, and the JSON form says so beside input_tokens (0), so that
+// readers show it as unknown rather than as a count of 0.
+func TestInputUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		src   Source
+		known bool
+	}{
+		{SourceEngine, true}, {SourceTokenizer, true}, {SourceMerged, true},
+		{SourceChunks, false}, {SourceNone, false}, {"", false},
+	} {
+		u := Usage{OutputTokens: 3, Source: tc.src}
+		if got := u.InputKnown(); got != tc.known {
+			t.Errorf("source %q: InputKnown = %v, want %v", tc.src, got, tc.known)
+		}
+		r := &Record{RequestID: "r", Usage: u}
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var j struct {
+			Usage map[string]any `json:"usage"`
+		}
+		if err := json.Unmarshal(b, &j); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := j.Usage["input_unknown"].(bool); got == tc.known {
+			t.Errorf("source %q: JSON usage %v, want input_unknown %v", tc.src, j.Usage, !tc.known)
+		}
+		if j.Usage["input_tokens"] != 0.0 {
+			t.Errorf("source %q: input_tokens %v, want 0 kept for scripts", tc.src, j.Usage["input_tokens"])
+		}
+		var back Record
+		if err := back.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		if want := r.Usage; want.Source == "" {
+			want.Source = SourceNone
+			r.Usage = want
+		}
+		if back.Usage != r.Usage {
+			t.Errorf("source %q: read back %+v, want %+v", tc.src, back.Usage, r.Usage)
+		}
+	}
+}
+
 func TestCostAmount(t *testing.T) {
 	for nanos, want := range map[int64]string{0: "0", 1: "0.000000001", 1_500_000_000: "1.5", 123_456_789_012: "123.456789012", -2_500_000: "-0.0025"} {
 		if got := (Cost{Nanos: nanos}).Amount(); got != want {

@@ -255,10 +255,12 @@ func decay(ctx context.Context, src LedgerReader, rs []*record.Record) (*Result,
 	return res, nil
 }
 
-// Waterfall prints one request's segments as a terminal waterfall.
-func Waterfall(w io.Writer, r *record.Record) {
+// Waterfall prints one request's segments as a terminal waterfall; now
+// tells whether the engine's own timing is still pending.
+func Waterfall(w io.Writer, r *record.Record, now time.Time) {
 	d := r.Derived
 	e2e := d.E2E
+	pending := r.EngineTimingPending(now)
 	fmt.Fprintf(w, "Request %s — %s via %s, %s, E2E %s\n\n", r.RequestID, orNone(r.Model), orNone(r.Upstream), statusWord(r), msText(e2e))
 	const width = 40
 	var at time.Duration
@@ -275,18 +277,32 @@ func Waterfall(w io.Writer, r *record.Record) {
 			end = start + 1
 		}
 		bar := strings.Repeat(" ", min(start, width)) + strings.Repeat("█", max(min(end, width)-start, 0))
-		fmt.Fprintf(w, "  %-16s %10s  |%-*s|  %s\n", n, msText(seg), width, bar, d.Segments.Source[n])
+		src := d.Segments.Source[n]
+		if pending && strings.HasPrefix(src, "inferred:") {
+			src += " — engine timing pending"
+		}
+		fmt.Fprintf(w, "  %-16s %10s  |%-*s|  %s\n", n, msText(seg), width, bar, src)
 		at += seg
 	}
 	fmt.Fprintf(w, "  %-16s %10s\n\n", "sum", msText(d.Segments.Sum()))
+	if pending {
+		fmt.Fprintf(w, "  engine timing pending: the engine exports its own span in batches (vLLM every 5 s); it is\n"+
+			"  expected within %s (otlp.join_window). Until it arrives the engine's queue and prefill\n"+
+			"  are inferred: run explain again in a few seconds.\n\n",
+			r.Arrival.Add(r.EngineTimingDue).Sub(now).Round(time.Second))
+	}
 	opt := func(p *time.Duration) string {
 		if p == nil {
 			return "-"
 		}
 		return msText(*p)
 	}
-	fmt.Fprintf(w, "  TTFT %s (upstream %s)   TPOT %s   tokens in %d (cached %d), out %d [%s]\n",
-		opt(d.TTFT), opt(d.UpstreamTTFT), opt(d.TPOT), r.Usage.InputTokens, r.Usage.CachedInputTokens, r.Usage.OutputTokens, r.Usage.Source)
+	in := "unknown" // nobody counted it: never shown as 0
+	if u := r.Usage; u.InputKnown() {
+		in = fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens)
+	}
+	fmt.Fprintf(w, "  TTFT %s (upstream %s)   TPOT %s   tokens in %s, out %d [%s]\n",
+		opt(d.TTFT), opt(d.UpstreamTTFT), opt(d.TPOT), in, r.Usage.OutputTokens, r.Usage.Source)
 	if e := r.EngineTiming; e != nil {
 		// A figure the engine never reports is absent, not zero.
 		reported := func(field string, d time.Duration) string {

@@ -68,10 +68,49 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("decay row = %v, want all 4 sampled streams slower towards the end", tl.Rows[1])
 	}
 	var buf bytes.Buffer
-	Waterfall(&buf, recs[0])
+	Waterfall(&buf, recs[0], time.Now())
 	for _, want := range []string{"prefill", "decode", "sum", "inferred:upstream TTFT"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("waterfall lacks %q:\n%s", want, buf.String())
 		}
 	}
 }
+
+// TestWaterfallEnginePending: a vLLM request whose span is still expected
+// says "engine timing pending" beside its inferred segments, until the
+// span arrives or the join window passes.
+func TestWaterfallEnginePending(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	r := &record.Record{RequestID: "r1", Model: "m", Upstream: "vllm", Engine: "vllm", Status: 200, UpstreamStatus: 200, Stream: true, Arrival: at,
+		Usage: record.Usage{InputTokens: 10, OutputTokens: 5, Source: record.SourceEngine}}
+	r.Marks = record.Marks{Admitted: ms(1), UpstreamSent: ms(2), UpstreamHeaders: ms(30), FirstUpstreamToken: ms(80), FirstClientToken: ms(81),
+		LastToken: ms(200), LastUpstreamToken: ms(200), End: ms(201)}
+	r.EngineTimingDue = r.Marks.End + 2*time.Minute
+	r.Finish()
+	end := at.Add(r.Marks.End)
+	for _, tc := range []struct {
+		name    string
+		now     time.Time
+		timing  *record.EngineTiming
+		pending bool
+	}{
+		{"just finished", end.Add(10 * time.Second), nil, true},
+		{"window passed", end.Add(2 * time.Minute), nil, false},
+		{"span arrived", end.Add(10 * time.Second), &record.EngineTiming{Signal: "vllm-span", Queue: ms(5), Prefill: ms(40), Decode: ms(100)}, false},
+	} {
+		c := *r
+		c.EngineTiming = tc.timing
+		c.Finish()
+		var buf bytes.Buffer
+		Waterfall(&buf, &c, tc.now)
+		out := buf.String()
+		if got := strings.Contains(out, "engine timing pending"); got != tc.pending {
+			t.Errorf("%s: pending shown %v, want %v:\n%s", tc.name, got, tc.pending, out)
+		}
+		if tc.pending && (!strings.Contains(out, "inferred:upstream TTFT (engine queue included) — engine timing pending") || !strings.Contains(out, "expected within 1m50s")) {
+			t.Errorf("%s: want the inferred prefill marked and the time left:\n%s", tc.name, out)
+		}
+	}
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

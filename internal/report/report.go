@@ -115,7 +115,7 @@ func stamp(t time.Time) string {
 // measures are the sums reports read: asking for only these keeps a
 // month-wide report fast (TestMeasuresSuffice checks that they suffice).
 var measures = []string{"requests", "errors", "input_tokens", "cached_input_tokens", "output_tokens",
-	"reasoning_tokens", "cost_nanos", "finish_length"}
+	"reasoning_tokens", "cost_nanos", "finish_length", "input_unknown"}
 
 func (q Query) store(groupBy ...store.Dim) store.ReportQuery {
 	return store.ReportQuery{From: q.From, To: q.To, GroupBy: groupBy, Where: q.Where, Measures: measures}
@@ -145,11 +145,26 @@ func grouped(ctx context.Context, src Source, q Query, title string, dims []stor
 		return nil, err
 	}
 	sortRows(rows)
-	res := &Result{Title: title, Columns: append(dimColumns(dims), usageColumns...)}
+	res := &Result{Title: title, Columns: append(dimColumns(dims), usageColumns...), Notes: unknownInput(rows)}
 	for _, r := range rows {
 		res.Rows = append(res.Rows, append(keysAny(r.Keys), usageValues(r)...))
 	}
 	return res, nil
+}
+
+// unknownInput is the note of a report summing input tokens over requests
+// some of whose input nobody counted: those add nothing to the sums, and
+// the reader must know.
+func unknownInput(rows []store.ReportRow) []string {
+	var n int64
+	for _, r := range rows {
+		n += r.InputUnknown
+	}
+	if n == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d requests reached an engine that reported no usage and no tokenizer counted their prompt: "+
+		"their input tokens are unknown and not in input_tokens (tollgate requests shows them as -).", n)}
 }
 
 func keysAny(keys []string) []any {
@@ -191,7 +206,7 @@ func templates(ctx context.Context, src Source, q Query) (*Result, error) {
 		return nil, err
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CostNanos > rows[j].CostNanos })
-	res := &Result{Title: "Prompt templates: tokens and cost per request", Columns: []Column{
+	res := &Result{Title: "Prompt templates: tokens and cost per request", Notes: unknownInput(rows), Columns: []Column{
 		{"template", KindText}, {"requests", KindInt}, {"avg_input_tokens", KindFloat}, {"avg_output_tokens", KindFloat},
 		{"cache_hit_rate", KindPercent}, {"cost", KindMoney}, {"cost_per_request", KindMoney}, {"currency", KindText},
 	}}
@@ -225,7 +240,7 @@ func top(ctx context.Context, src Source, q Query) (*Result, error) {
 		}
 		return rows[i].Input+rows[i].Output > rows[j].Input+rows[j].Output
 	})
-	res := &Result{Title: "Top spenders", Columns: []Column{
+	res := &Result{Title: "Top spenders", Notes: unknownInput(rows), Columns: []Column{
 		{"user", KindText}, {"requests", KindInt}, {"tokens", KindInt}, {"token_share", KindPercent},
 		{"cost", KindMoney}, {"cost_share", KindPercent}, {"currency", KindText}, {"flag", KindText},
 	}}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type req struct {
 	in, cached, out                        int64
 	costNanos                              int64
 	day                                    int
+	src                                    record.Source // "": engine
 }
 
 func seed(t *testing.T, reqs []req) *sqlite.Store {
@@ -47,6 +49,9 @@ func seed(t *testing.T, reqs []req) *sqlite.Store {
 		}
 		if q.prompt == "" {
 			r.PromptSHA256 = fmt.Sprintf("unique-%d", i)
+		}
+		if q.src != "" {
+			r.Usage.Source = q.src
 		}
 		r.Marks.End = time.Millisecond
 		r.Finish()
@@ -221,6 +226,38 @@ type allMeasures struct{ *sqlite.Store }
 func (a allMeasures) Report(ctx context.Context, q store.ReportQuery) ([]store.ReportRow, error) {
 	q.Measures = nil
 	return a.Store.Report(ctx, q)
+}
+
+// TestUnknownInputNoted: requests whose input nobody counted add nothing
+// to input_tokens, and every report summing input tokens says how many
+// there were.
+func TestUnknownInputNoted(t *testing.T) {
+	s := seed(t, []req{
+		{user: "u1", biz: "b", model: "m", tmpl: "t", finish: "stop", in: 100, out: 10, costNanos: 5},
+		{user: "u1", biz: "b", model: "m", tmpl: "t", finish: "stop", out: 12, costNanos: 5, src: record.SourceChunks},
+		{user: "u2", biz: "b", model: "m", tmpl: "t", finish: "stop", out: 3, costNanos: 5, src: record.SourceChunks},
+	})
+	for _, kind := range []string{"users", "biz", "models", "templates", "top"} {
+		res, err := Run(context.Background(), s, kind, week(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "2 requests reached an engine that reported no usage and no tokenizer counted their prompt"
+		if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("%s: notes %q, want one starting %q", kind, res.Notes, want)
+		}
+	}
+	res, err := Run(context.Background(), s, "biz", week(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := cell(t, res, 0, "input_tokens"); in != int64(100) {
+		t.Errorf("input_tokens = %v, want the 100 counted", in)
+	}
+	clean := seed(t, []req{{user: "u1", biz: "b", model: "m", tmpl: "t", finish: "stop", in: 100, out: 10, costNanos: 5}})
+	if res, err := Run(context.Background(), clean, "users", week(1)); err != nil || len(res.Notes) != 0 {
+		t.Errorf("every input counted: notes %q (err %v), want none", res.Notes, err)
+	}
 }
 
 // TestMeasuresSuffice: every report gives the same result whether it reads

@@ -468,3 +468,55 @@ func TestSeedMakesAnswersDeterministic(t *testing.T) {
 		t.Errorf("without a seed, two identical answers: %s", u1)
 	}
 }
+
+// TestNoUsage: with DialectNoUsage the engine says nothing about tokens,
+// even when the client asks: no usage chunk in a stream with
+// include_usage, no usage object in a whole chat or completions answer.
+func TestNoUsage(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Dialect = DialectNoUsage
+	h := start(t, cfg)
+
+	resp := h.post("/v1/chat/completions", chatBody("Tell me a story.", "stream", true, "stream_options", map[string]any{"include_usage": true}), OutputTokensHeader, "5")
+	events, err := readEvents(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("read stream: %v", err)
+	}
+	h.nextStats()
+	if events[len(events)-1] != "[DONE]" {
+		t.Errorf("stream does not end with [DONE]: %q", events[len(events)-1])
+	}
+	content := 0
+	for _, ev := range events[:len(events)-1] {
+		var c map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(ev), &c); err != nil {
+			t.Fatalf("%q: %v", ev, err)
+		}
+		if _, ok := c["usage"]; ok {
+			t.Errorf("a chunk carries usage: %s", ev)
+		}
+		if strings.Contains(ev, `"content":" `) {
+			content++
+		}
+	}
+	if content != 5 {
+		t.Errorf("%d content chunks, want 5", content)
+	}
+
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		body := any(chatBody("hello"))
+		if path == "/v1/completions" {
+			body = map[string]any{"prompt": "hello"}
+		}
+		var got map[string]json.RawMessage
+		h.postJSON(path, body, http.StatusOK, &got, OutputTokensHeader, "3")
+		h.nextStats()
+		if u, ok := got["usage"]; ok {
+			t.Errorf("%s: usage %s, want none", path, u)
+		}
+		if _, ok := got["choices"]; !ok {
+			t.Errorf("%s: no choices", path)
+		}
+	}
+}

@@ -91,6 +91,10 @@ type Totals struct {
 	CutInputEst    int64
 	// SegmentNS sums each latency segment, in record.SegmentNames order.
 	SegmentNS [8]int64
+	// InputUnknown counts the attempts that reached an engine and whose
+	// input nobody counted (record.Usage.InputKnown false): Input holds
+	// nothing for them.
+	InputUnknown int64
 }
 
 // Measure is one sum of Totals under the name every backend stores it by.
@@ -137,6 +141,8 @@ var Measures = []Measure{
 	{Name: "seg_client_write_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[5] }},
 	{Name: "seg_post_processing_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[6] }},
 	{Name: "seg_unattributed_ns", Field: func(t *Totals) *int64 { return &t.SegmentNS[7] }},
+	// Added by SQLite migration 12.
+	{Name: "input_unknown", Field: func(t *Totals) *int64 { return &t.InputUnknown }},
 }
 
 // MeasureNames are the names of Measures, for validation and help texts.
@@ -178,6 +184,7 @@ func (t *Totals) Add(o Totals) {
 	for i := range t.SegmentNS {
 		t.SegmentNS[i] += o.SegmentNS[i]
 	}
+	t.InputUnknown += o.InputUnknown
 }
 
 // TotalsOf is what one Record adds to its rollups.
@@ -228,6 +235,9 @@ func TotalsOf(r *record.Record) Totals {
 	}
 	if r.Derived.TTFT != nil {
 		t.TTFTSumNS, t.TTFTCount = int64(*r.Derived.TTFT), 1
+	}
+	if !u.InputKnown() && r.UpstreamStatus != 0 {
+		t.InputUnknown = 1
 	}
 	for i, n := range record.SegmentNames {
 		t.SegmentNS[i] = int64(r.Derived.Segments.Get(n))

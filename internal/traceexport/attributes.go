@@ -72,7 +72,7 @@ func requestAttributes(r *record.Record) []attribute.KeyValue {
 	u := r.Usage
 	if known := u.Source != "" && u.Source != record.SourceNone; known {
 		// Counting chunks gives output tokens only; the input is unknown.
-		if u.Source != record.SourceChunks {
+		if u.InputKnown() {
 			a = append(a, semconv.GenAIUsageInputTokens(int(u.InputTokens)),
 				semconv.GenAIUsageCacheReadInputTokens(int(u.CachedInputTokens)))
 		}

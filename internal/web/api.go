@@ -314,7 +314,10 @@ func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.storeErr(w, err, "get request", "could not read the ledger")
 	default:
-		writeJSON(w, map[string]any{"attempts": recs})
+		// now is the server's clock, against which a reader tells whether
+		// an attempt's engine timing is still pending (arrival +
+		// engine_timing_due_ms); a browser's clock may be off.
+		writeJSON(w, map[string]any{"attempts": recs, "now": a.o.Now().UTC().Format(time.RFC3339Nano)})
 	}
 }
 

@@ -211,6 +211,9 @@ func (s *Store) open(ctx context.Context) error {
 			return fmt.Errorf("create table: %w", err)
 		}
 	}
+	if err := s.addMissingMeasures(ctx); err != nil {
+		return err
+	}
 	return s.openRollups(ctx)
 }
 
@@ -241,6 +244,37 @@ func (s *Store) addMissingColumns(ctx context.Context) error {
 			return fmt.Errorf("add column %s to table requests: %w", c.name, err)
 		}
 		s.log.Info("ClickHouse: column added to table requests", "column", c.name)
+	}
+	return nil
+}
+
+// addMissingMeasures brings rollup tables made by an older tollgate up to
+// store.Measures, as addMissingColumns does the requests table. Pieces
+// written before read 0 for a new measure until they are recomputed.
+func (s *Store) addMissingMeasures(ctx context.Context) error {
+	tables := []string{rollupHour, rollupMinute, promptHour}
+	out, err := s.c.text(ctx, "", "SELECT concat(table, '.', name) FROM system.columns WHERE database = "+quoteString(s.db)+
+		" AND table IN ('"+strings.Join(tables, "', '")+"')")
+	if err != nil {
+		return fmt.Errorf("read the columns of the rollups: %w", err)
+	}
+	have := map[string]bool{}
+	for c := range strings.SplitSeq(out, "\n") {
+		have[c] = true
+	}
+	for _, t := range tables {
+		for _, m := range store.Measures {
+			if have[t+"."+m.Name] {
+				continue
+			}
+			// Two replicas starting together may both add it: the loser's
+			// "already exists" is checked away (old servers lack IF NOT EXISTS).
+			if err := s.c.exec(ctx, "", "ALTER TABLE "+s.table(t)+" ADD COLUMN "+m.Name+" Int64"); err != nil &&
+				!strings.Contains(err.Error(), "already exists") {
+				return fmt.Errorf("add column %s to table %s: %w", m.Name, t, err)
+			}
+			s.log.Info("ClickHouse: column added to a rollup", "table", t, "column", m.Name)
+		}
 	}
 	return nil
 }

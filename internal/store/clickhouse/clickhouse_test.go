@@ -496,3 +496,33 @@ func TestOpenAddsMissingColumns(t *testing.T) {
 		t.Fatalf("old row: %v, client id %q, parent span %q, response id %q", err, older[0].ClientRequestID, older[0].ParentSpanID, older[0].ResponseID)
 	}
 }
+
+// TestOpenAddsMissingMeasures: rollups made by an older tollgate (here:
+// without input_unknown) get the measures added since at Open, so the
+// rollup pass and reports work; new pieces count the new measure.
+func TestOpenAddsMissingMeasures(t *testing.T) {
+	old := openTest(t)
+	for _, tb := range []string{rollupHour, rollupMinute, promptHour} {
+		if err := old.c.exec(t.Context(), "", "ALTER TABLE "+old.table(tb)+" DROP COLUMN input_unknown"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := Open(t.Context(), Config{HTTP: serverURL, Database: old.db}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := storetest.Record(3)
+	r.Usage = record.Usage{OutputTokens: 5, Source: record.SourceChunks}
+	r.Finish()
+	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Report(t.Context(), store.ReportQuery{Measures: []string{"requests", "input_unknown"}})
+	if err != nil {
+		t.Fatalf("report after the upgrade: %v", err)
+	}
+	if len(rows) != 1 || rows[0].Requests != 1 || rows[0].InputUnknown != 1 {
+		t.Errorf("report rows %+v, want one request with an unknown input", rows)
+	}
+}

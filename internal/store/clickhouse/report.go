@@ -67,6 +67,7 @@ var measureSQL = map[string]string{
 	"seg_client_write_ns":    "sum(seg_client_write_ns)",
 	"seg_post_processing_ns": "sum(seg_post_processing_ns)",
 	"seg_unattributed_ns":    "sum(seg_unattributed_ns)",
+	"input_unknown":          "sum(usage_source NOT IN ('engine', 'tokenizer', 'merged') AND upstream_status != 0)",
 }
 
 func selectMeasures(names []string) ([]store.Measure, error) {

@@ -258,6 +258,8 @@ var ledger = []column{
 	segCol("seg_client_write_ns", record.SegClientWrite),
 	segCol("seg_post_processing_ns", record.SegPostProcessing),
 	segCol("seg_unattributed_ns", record.SegUnattributed),
+
+	durCol("engine_timing_due_ns", func(r *record.Record) *time.Duration { return &r.EngineTimingDue }),
 }
 
 // The sampled detail and the write version follow the ledger columns. The

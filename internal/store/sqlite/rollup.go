@@ -30,6 +30,9 @@ const v2Measures = 21
 // migration 6's new tables are created with.
 const v4Measures = 33
 
+// v13Measures is how many measures existed after migration 13.
+const v13Measures = 34
+
 // grain is the width of a rollup's bucket.
 type grain int
 
@@ -169,6 +172,18 @@ var migration4 = func() string {
 	}
 	for _, t := range v2Tables {
 		for _, m := range measures[v3Measures:v4Measures] {
+			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.Name)
+		}
+	}
+	return b.String()
+}()
+
+// migration13 adds input_unknown to every rollup: the attempts whose
+// input nobody counted. Rollup rows written before it read 0.
+var migration13 = func() string {
+	var b strings.Builder
+	for _, t := range rollupTables {
+		for _, m := range measures[v4Measures:v13Measures] {
 			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.Name)
 		}
 	}

@@ -172,6 +172,10 @@ var migrations = []string{
 	// carry.
 	`ALTER TABLE requests ADD COLUMN parent_span_id TEXT NOT NULL DEFAULT '';
 	ALTER TABLE requests ADD COLUMN response_id TEXT NOT NULL DEFAULT '';`,
+	// 13: the rollups count the attempts whose input nobody counted.
+	migration13,
+	// 14: until when the engine's own timing is expected (vLLM's span).
+	`ALTER TABLE requests ADD COLUMN engine_timing_due_ns INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -336,6 +340,9 @@ var ledger = []column{
 	{"seg_client_write_ns", segNS(record.SegClientWrite), nil},
 	{"seg_post_processing_ns", segNS(record.SegPostProcessing), nil},
 	{"seg_unattributed_ns", segNS(record.SegUnattributed), nil},
+
+	// Migration 13.
+	{"engine_timing_due_ns", func(r *record.Record) any { return int64(r.EngineTimingDue) }, func(r *record.Record, _ *scratch) any { return &r.EngineTimingDue }},
 }
 
 func segNS(name string) func(*record.Record) any {

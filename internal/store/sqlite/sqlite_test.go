@@ -122,10 +122,17 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the columns migrations 11 and 12 added.
+	// …and the columns migrations 11, 12 and 14 added, and the measure
+	// of migration 13.
 	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id;"+
-		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id"); err != nil {
+		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id;"+
+		"ALTER TABLE requests DROP COLUMN engine_timing_due_ns"); err != nil {
 		t.Fatal(err)
+	}
+	for _, tbl := range v2Tables {
+		if _, err := s.w.ExecContext(ctx, "ALTER TABLE "+tbl.name+" DROP COLUMN input_unknown"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
 		t.Fatal(err)

@@ -87,6 +87,7 @@ func Record(i int) *record.Record {
 		},
 		FirstChunkBytes: 17,
 		ContentBytes:    int64(240 + i),
+		EngineTimingDue: ns(901+i%100) + 2*time.Minute,
 	}
 	if i%3 == 2 {
 		// A failed, cancelled attempt: the ledger keeps those too.

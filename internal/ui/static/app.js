@@ -175,7 +175,7 @@
       { label: t('col.status'), cell: (r) => statusCell(r) },
       { label: t('col.ttft_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'ttft' }, fmtMS(r.timing.ttft_ms)) },
       { label: t('col.e2e_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'e2e' }, fmtMS(r.timing.e2e_ms)) },
-      { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.usage.input_tokens) },
+      { label: t('col.input_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens)) },
       { label: t('col.output_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'output-tokens' }, fmtInt(r.usage.output_tokens)) },
       { label: t('col.cost'), num: true, cell: (r) => fmtCost(r.cost) },
     ];
@@ -218,6 +218,11 @@
       default: return m;
     }
   }
+  // inputTokens shows an input figure (n) of usage u, or "unknown" when
+  // nobody counted the input: its 0 in the JSON is not a count.
+  function inputTokens(u, n) {
+    return u.input_unknown ? t('usage.unknown') : fmtInt(n);
+  }
   function sourceHelp(s) {
     switch (s) {
       case 'engine': return t('usage.source.engine');
@@ -251,6 +256,13 @@
       figure(t('fig.status'), statusCell(r), '', 'status')));
     if (tm.first_packet_merge) main.append(h('p', { class: 'hint' }, t('request.first_packet_merge')));
 
+    // Engine timing pending: vLLM exports its span in batches, so for a
+    // while after the request its engine figures are still to come (until
+    // arrival + engine_timing_due_ms). The server's clock decides.
+    const now = data.now ? Date.parse(data.now) : Date.now();
+    const due = r.engine_timing_due_ms ? Date.parse(tm.arrival) + r.engine_timing_due_ms : 0;
+    const pending = !r.engine_timing && due > now;
+
     // The waterfall: segments in the order of the request's timeline, each
     // bar placed after the previous one, drawn to the scale of E2E.
     const segs = r.segments || {};
@@ -260,14 +272,17 @@
       const v = segs[s] || 0;
       const left = (at / total) * 100, width = (v / total) * 100;
       at += v;
+      const src = (r.segments_source || {})[s] || '';
       return h('div', { class: 'wf-row', 'data-segment': s },
         h('span', {}, segLabel(s)),
         h('div', { class: 'wf-track' }, v > 0 ? h('div', { class: 'wf-bar seg-' + s, style: `left:${left.toFixed(3)}%;width:${width.toFixed(3)}%`, title: `${segLabel(s)} ${fmtMS(v)} ms` }) : null),
         h('span', { class: 'num' }, fmtMS(v) + ' ms'),
-        h('span', { class: 'muted' }, (r.segments_source || {})[s] || ''));
+        h('span', { class: 'muted' }, pending && src.startsWith('inferred:') ? src + ' — ' + t('request.engine_pending_short') : src));
     });
     main.append(h('div', { class: 'card', 'data-testid': 'waterfall' }, h('h2', {}, t('request.waterfall')),
-      h('p', { class: 'hint' }, t('request.waterfall_hint')), rows,
+      h('p', { class: 'hint' }, t('request.waterfall_hint')),
+      pending ? h('p', { class: 'hint', 'data-testid': 'engine-pending' }, t('request.engine_pending', { s: Math.ceil((due - now) / 1000) })) : null,
+      rows,
       h('div', { class: 'wf-axis' }, h('span', {}, '0'), h('span', {}, fmtMS(total / 2)), h('span', {}, fmtMS(total) + ' ms'))));
 
     // Token timeline (sampled requests only).
@@ -288,9 +303,10 @@
         kv([[t('mark.arrival'), fmtTime(tm.arrival)], ...MARKS.map((m) => [markLabel(m), isNum(marks[m]) ? fmtMS(marks[m]) + ' ms' : dash])])),
       h('div', {},
         h('div', { class: 'card', 'data-testid': 'usage' }, h('h2', {}, t('request.usage')),
-          kv([[t('usage.input'), fmtInt(r.usage.input_tokens)], [t('usage.cached'), fmtInt(r.usage.cached_input_tokens)],
+          kv([[t('usage.input'), h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens))],
+            [t('usage.cached'), inputTokens(r.usage, r.usage.cached_input_tokens)],
             [t('usage.output'), fmtInt(r.usage.output_tokens)], [t('usage.reasoning'), fmtInt(r.usage.reasoning_tokens)],
-            [t('usage.total'), fmtInt(r.usage.input_tokens + r.usage.output_tokens)],
+            [t('usage.total'), inputTokens(r.usage, r.usage.input_tokens + r.usage.output_tokens)],
             [t('usage.source'), h('span', {}, h('code', { 'data-testid': 'usage-source' }, r.usage.source), ' — ', sourceHelp(r.usage.source))]])),
         h('div', { class: 'card', 'data-testid': 'cost' }, h('h2', {}, t('request.cost')),
           kv([[t('cost.amount'), fmtCost(r.cost)], [t('cost.price_version'), r.cost.price_version || t('cost.no_price')]])))));

@@ -51,6 +51,8 @@ var ledgerMeasures = []struct{ name, expr string }{
 	{"seg_client_write_ns", "SUM(seg_client_write_ns)"},
 	{"seg_post_processing_ns", "SUM(seg_post_processing_ns)"},
 	{"seg_unattributed_ns", "SUM(seg_unattributed_ns)"},
+	// Migration 12.
+	{"input_unknown", "SUM(usage_source NOT IN ('engine', 'tokenizer', 'merged') AND upstream_status != 0)"},
 }
 
 // rollupSpec is how a rollup table's rows follow from ledger rows.
