@@ -75,18 +75,22 @@ func (r *Record) strs() [25]*string {
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the
 // int ones. Shared by encoder and decoder, as strs.
-func (r *Record) int64s() [21]*int64 {
+func (r *Record) int64s() [23]*int64 {
 	m := &r.Marks
 	return [...]*int64{&r.PromptBytes, &r.RequestBytes, &r.ResponseBytes, &r.ContentBytes,
 		&r.Usage.InputTokens, &r.Usage.CachedInputTokens, &r.Usage.OutputTokens, &r.Usage.ReasoningTokens,
 		&r.Cost.Nanos, (*int64)(&r.ConnectWait), (*int64)(&r.ClientWrite), (*int64)(&r.ClientWriteTail),
 		(*int64)(&m.AuthDone), (*int64)(&m.Admitted), (*int64)(&m.UpstreamSent), (*int64)(&m.UpstreamHeaders),
 		(*int64)(&m.FirstUpstreamToken), (*int64)(&m.FirstClientToken), (*int64)(&m.LastToken),
-		(*int64)(&m.LastUpstreamToken), (*int64)(&m.End)}
+		(*int64)(&m.LastUpstreamToken), (*int64)(&m.End),
+		// added in v2, at the end
+		&r.Usage.CacheWriteTokens, &r.Usage.CacheWrite1hTokens}
 }
 
-func (r *Record) ints() [7]*int {
-	return [...]*int{&r.Attempt, &r.Messages, &r.Status, &r.UpstreamStatus, &r.ContentChunks, &r.Retries, &r.FirstChunkBytes}
+func (r *Record) ints() [8]*int {
+	return [...]*int{&r.Attempt, &r.Messages, &r.Status, &r.UpstreamStatus, &r.ContentChunks, &r.Retries, &r.FirstChunkBytes,
+		// added in v2, at the end
+		&r.Usage.ToolCalls}
 }
 
 func (e *EngineTiming) fields() [9]*int64 {

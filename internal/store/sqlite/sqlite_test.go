@@ -122,9 +122,11 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the columns migrations 11 and 12 added.
+	// …and the columns migrations 11 to 13 added.
 	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id;"+
-		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id"); err != nil {
+		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id;"+
+		"ALTER TABLE requests DROP COLUMN cache_write_tokens; ALTER TABLE requests DROP COLUMN cache_write_1h_tokens;"+
+		"ALTER TABLE requests DROP COLUMN tool_calls"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
