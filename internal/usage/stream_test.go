@@ -10,7 +10,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
-// streamParser is a stream's parser.
+// streamParser is what MessagesStream and ResponsesStream have in common.
 type streamParser interface {
 	Parse(data []byte) (StreamEvent, error)
 	Answer() Answer
@@ -99,6 +99,7 @@ func TestStreamEventsZeroAlloc(t *testing.T) {
 		data string
 	}{
 		{"responses", new(ResponsesStream), `{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","logprobs":[]}`},
+		{"messages", new(MessagesStream), `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`},
 	} {
 		data := []byte(tc.data)
 		if n := testing.AllocsPerRun(100, func() {
@@ -118,6 +119,10 @@ var streamFrames = [][2]string{
 	{`{"type":"`, `","delta":"x"}`},
 	{`{"type":"response.function_call_arguments.delta","`, `":1,"delta":"x"}`},
 	{`{"type":"response.reasoning_text.delta","delta":`, `}`},
+	{`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`, `"}}`},
+	{`{"type":"content_block_delta","delta":{"type":"`, `","thinking":"x","partial_json":"y"}}`},
+	{`{"type":"content_block_delta","delta":{"`, `":1,"type":"input_json_delta","partial_json":"y"}}`},
+	{`{"type":"content_block_delta","delta":`, `}`},
 }
 
 // sameStream feeds the same events to a stream reading them with Parse
