@@ -1,8 +1,11 @@
 // Package usage reads what an engine says about a request: the usage
-// object (input, cached, output, reasoning tokens) in its several dialects,
-// and the few fields of a streamed chunk the gateway's SSE tap needs (is
-// this a content token, the finish reason, the served model). It sits
-// between the gateway's tap, which hands it raw bytes, and the Record.
+// object (input, cached, cache-write, output, reasoning tokens) in its
+// several dialects, and the few fields of a streamed chunk the gateway's
+// SSE tap needs (is this a content token, the finish reason, the served
+// model) — for chat and completions here and in chunk.go, for the APIs
+// agents speak in responses.go (OpenAI's Responses) and messages.go
+// (Anthropic's Messages). It sits between the gateway's tap, which hands
+// it raw bytes, and the Record.
 //
 // Parsing is deliberately narrow: only the fields tollgate needs are
 // decoded, so an engine's extra fields never cost anything or break it.
