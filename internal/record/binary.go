@@ -75,7 +75,7 @@ func (r *Record) strs() [25]*string {
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the
 // int ones. Shared by encoder and decoder, as strs.
-func (r *Record) int64s() [22]*int64 {
+func (r *Record) int64s() [24]*int64 {
 	m := &r.Marks
 	return [...]*int64{&r.PromptBytes, &r.RequestBytes, &r.ResponseBytes, &r.ContentBytes,
 		&r.Usage.InputTokens, &r.Usage.CachedInputTokens, &r.Usage.OutputTokens, &r.Usage.ReasoningTokens,
@@ -83,12 +83,14 @@ func (r *Record) int64s() [22]*int64 {
 		(*int64)(&m.AuthDone), (*int64)(&m.Admitted), (*int64)(&m.UpstreamSent), (*int64)(&m.UpstreamHeaders),
 		(*int64)(&m.FirstUpstreamToken), (*int64)(&m.FirstClientToken), (*int64)(&m.LastToken),
 		(*int64)(&m.LastUpstreamToken), (*int64)(&m.End),
-		// Added after v2 appeared.
-		(*int64)(&r.EngineTimingDue)}
+		// Added after v2 appeared, at the end.
+		(*int64)(&r.EngineTimingDue), &r.Usage.CacheWriteTokens, &r.Usage.CacheWrite1hTokens}
 }
 
-func (r *Record) ints() [7]*int {
-	return [...]*int{&r.Attempt, &r.Messages, &r.Status, &r.UpstreamStatus, &r.ContentChunks, &r.Retries, &r.FirstChunkBytes}
+func (r *Record) ints() [8]*int {
+	return [...]*int{&r.Attempt, &r.Messages, &r.Status, &r.UpstreamStatus, &r.ContentChunks, &r.Retries, &r.FirstChunkBytes,
+		// added in v2, at the end
+		&r.Usage.ToolCalls}
 }
 
 func (e *EngineTiming) fields() [9]*int64 {

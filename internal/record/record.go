@@ -57,14 +57,26 @@ const (
 // response ended (nginx's convention; never sent on the wire).
 const StatusClientClosed = 499
 
-// Usage is the token count of one request. Invariants: Cached ≤ Input and
-// Total() = Input + Output. Reasoning tokens are part of Output.
+// Usage is the token count of one request. Invariants: Cached +
+// CacheWrite ≤ Input, CacheWrite1h ≤ CacheWrite, Reasoning ≤ Output, and
+// Total() = Input + Output: cache reads and writes are parts of Input,
+// whatever the engine's own convention (Anthropic's input_tokens leaves
+// them out; internal/usage adds them back).
 type Usage struct {
-	InputTokens       int64  `json:"input_tokens"`
-	CachedInputTokens int64  `json:"cached_input_tokens"`
-	OutputTokens      int64  `json:"output_tokens"`
-	ReasoningTokens   int64  `json:"reasoning_tokens"`
-	Source            Source `json:"source"`
+	InputTokens       int64 `json:"input_tokens"`
+	CachedInputTokens int64 `json:"cached_input_tokens"` // read from the prompt cache
+	// CacheWriteTokens were written to the provider's prompt cache
+	// (Anthropic's cache_creation_input_tokens, OpenAI's
+	// cache_write_tokens), priced apart from plain input by some.
+	CacheWriteTokens   int64 `json:"cache_write_tokens,omitempty"`
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens,omitempty"` // the part with a 1-hour lifetime (Anthropic), priced higher
+	OutputTokens       int64 `json:"output_tokens"`
+	ReasoningTokens    int64 `json:"reasoning_tokens"`
+	// ToolCalls is the number of tool calls the model made in its answer,
+	// those run by the client and those the provider ran itself (web
+	// search, code interpreter): each is a step of an agent's loop.
+	ToolCalls int    `json:"tool_calls,omitempty"`
+	Source    Source `json:"source"`
 }
 
 // Total is input plus output tokens.

@@ -101,3 +101,35 @@ func BenchmarkTap(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStreamEvent: a delta event of the Responses and Messages
+// streams, the bulk of them, read by the scan (Parse) and by the
+// encoding/json reference (parseSlow).
+func BenchmarkStreamEvent(b *testing.B) {
+	for _, bc := range []struct {
+		name       string
+		data       string
+		fast, slow func([]byte) (StreamEvent, error)
+	}{
+		{"responses", `{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_67c9fdcf37fc8190ba82116e33fb28c507b8b0ad4e5eb654","output_index":0,"content_index":0,"delta":" w42","logprobs":[],"obfuscation":"Lx3"}`,
+			new(ResponsesStream).Parse, new(ResponsesStream).parseSlow},
+		{"messages", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" w42"}}`,
+			new(MessagesStream).Parse, new(MessagesStream).parseSlow},
+	} {
+		data := []byte(bc.data)
+		for _, m := range []struct {
+			name  string
+			parse func([]byte) (StreamEvent, error)
+		}{{"encoding-json", bc.slow}, {"Parse", bc.fast}} {
+			b.Run(bc.name+"/"+m.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					if _, err := m.parse(data); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

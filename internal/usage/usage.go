@@ -1,8 +1,11 @@
 // Package usage reads what an engine says about a request: the usage
-// object (input, cached, output, reasoning tokens) in its several dialects,
-// and the few fields of a streamed chunk the gateway's SSE tap needs (is
-// this a content token, the finish reason, the served model). It sits
-// between the gateway's tap, which hands it raw bytes, and the Record.
+// object (input, cached, cache-write, output, reasoning tokens) in its
+// several dialects, and the few fields of a streamed chunk the gateway's
+// SSE tap needs (is this a content token, the finish reason, the served
+// model) — for chat and completions here and in chunk.go, for the APIs
+// agents speak in responses.go (OpenAI's Responses) and messages.go
+// (Anthropic's Messages). It sits between the gateway's tap, which hands
+// it raw bytes, and the Record.
 //
 // Parsing is deliberately narrow: only the fields tollgate needs are
 // decoded, so an engine's extra fields never cost anything or break it.
@@ -13,14 +16,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
 // wire is the union of the usage dialects seen in OpenAI-compatible
 // engines: OpenAI chat/completions (prompt_/completion_), OpenAI Responses
-// (input_/output_), DeepSeek's prompt_cache_hit_tokens, vLLM and SGLang
-// (OpenAI's names, cached tokens when prefix caching reports them).
+// (input_/output_), both with cache_write_tokens beside cached_tokens;
+// DeepSeek's prompt_cache_hit_tokens/prompt_cache_miss_tokens; Kimi's
+// top-level cached_tokens; vLLM and SGLang (OpenAI's names, cached tokens
+// when prefix caching reports them); Gemini's OpenAI-compatible endpoint,
+// which leaves thinking out of completion_tokens (see normalize).
 type wire struct {
 	PromptTokens        *int64 `json:"prompt_tokens"`
 	CompletionTokens    *int64 `json:"completion_tokens"`
@@ -28,12 +35,16 @@ type wire struct {
 	OutputTokens        *int64 `json:"output_tokens"`
 	TotalTokens         *int64 `json:"total_tokens"`
 	PromptCacheHit      *int64 `json:"prompt_cache_hit_tokens"`
+	PromptCacheMiss     *int64 `json:"prompt_cache_miss_tokens"`
+	CachedTokensTop     *int64 `json:"cached_tokens"`
 	ReasoningTokensTop  *int64 `json:"reasoning_tokens"`
 	PromptTokensDetails *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
+		CachedTokens     *int64 `json:"cached_tokens"`
+		CacheWriteTokens *int64 `json:"cache_write_tokens"`
 	} `json:"prompt_tokens_details"`
 	InputTokensDetails *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
+		CachedTokens     *int64 `json:"cached_tokens"`
+		CacheWriteTokens *int64 `json:"cache_write_tokens"`
 	} `json:"input_tokens_details"`
 	CompletionTokensDetails *struct {
 		ReasoningTokens *int64 `json:"reasoning_tokens"`
@@ -52,10 +63,13 @@ func first(ps ...*int64) (int64, bool) {
 	return 0, false
 }
 
-// normalize turns any dialect into a Usage with source engine, enforcing
-// the invariants: no negative counts, cached ≤ input, reasoning ≤ output.
+// normalize turns any dialect into a Usage with source engine (see
+// check for the invariants it then enforces).
 func (w *wire) normalize() (record.Usage, error) {
 	in, okIn := first(w.PromptTokens, w.InputTokens)
+	if !okIn && w.PromptCacheHit != nil && w.PromptCacheMiss != nil {
+		in, okIn = *w.PromptCacheHit+*w.PromptCacheMiss, true // DeepSeek: hit + miss = prompt
+	}
 	out, okOut := first(w.CompletionTokens, w.OutputTokens)
 	if !okIn && !okOut {
 		if w.TotalTokens == nil {
@@ -64,27 +78,53 @@ func (w *wire) normalize() (record.Usage, error) {
 		in, okIn = *w.TotalTokens, true // embeddings-style: total only
 	}
 	u := record.Usage{InputTokens: in, OutputTokens: out, Source: record.SourceEngine}
-	if w.PromptTokensDetails != nil && w.PromptTokensDetails.CachedTokens != nil {
-		u.CachedInputTokens = *w.PromptTokensDetails.CachedTokens
-	} else if w.InputTokensDetails != nil && w.InputTokensDetails.CachedTokens != nil {
-		u.CachedInputTokens = *w.InputTokensDetails.CachedTokens
-	} else if w.PromptCacheHit != nil {
-		u.CachedInputTokens = *w.PromptCacheHit
+	var pd, id struct{ cached, write *int64 }
+	if d := w.PromptTokensDetails; d != nil {
+		pd.cached, pd.write = d.CachedTokens, d.CacheWriteTokens
 	}
-	switch {
-	case w.CompletionTokensDetails != nil && w.CompletionTokensDetails.ReasoningTokens != nil:
-		u.ReasoningTokens = *w.CompletionTokensDetails.ReasoningTokens
-	case w.OutputTokensDetails != nil && w.OutputTokensDetails.ReasoningTokens != nil:
-		u.ReasoningTokens = *w.OutputTokensDetails.ReasoningTokens
-	case w.ReasoningTokensTop != nil:
-		u.ReasoningTokens = *w.ReasoningTokensTop
+	if d := w.InputTokensDetails; d != nil {
+		id.cached, id.write = d.CachedTokens, d.CacheWriteTokens
 	}
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 {
-		return record.Usage{}, fmt.Errorf("usage has a negative count: %+v", u)
+	u.CachedInputTokens, _ = first(pd.cached, id.cached, w.PromptCacheHit, w.CachedTokensTop)
+	u.CacheWriteTokens, _ = first(pd.write, id.write)
+	var cd, od *int64
+	if d := w.CompletionTokensDetails; d != nil {
+		cd = d.ReasoningTokens
+	}
+	if d := w.OutputTokensDetails; d != nil {
+		od = d.ReasoningTokens
+	}
+	u.ReasoningTokens, _ = first(cd, od, w.ReasoningTokensTop)
+	// Gemini's OpenAI-compatible endpoint counts thinking in total_tokens
+	// but not in completion_tokens (prompt 758, completion 102, total
+	// 1725). Everywhere else total = prompt + completion, so a surplus is
+	// output the engine generated and left out: thinking, billed as
+	// output.
+	if w.TotalTokens != nil && okIn && okOut && in >= 0 && out >= 0 && out <= math.MaxInt64-in && *w.TotalTokens > in+out {
+		gap := *w.TotalTokens - in - out
+		u.OutputTokens += gap
+		u.ReasoningTokens = max(u.ReasoningTokens, gap)
+	}
+	if err := check(&u); err != nil {
+		return record.Usage{}, err
+	}
+	return u, nil
+}
+
+// check enforces a Usage's invariants: no negative count (an error: the
+// figures are nonsense), then cached ≤ input, cache writes ≤ input −
+// cached, the 1-hour writes ≤ cache writes, reasoning ≤ output (clamped:
+// an engine over-reporting a detail must not make input or output lie).
+func check(u *record.Usage) error {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.ReasoningTokens < 0 ||
+		u.CacheWriteTokens < 0 || u.CacheWrite1hTokens < 0 || u.ToolCalls < 0 {
+		return fmt.Errorf("usage has a negative count: %+v", *u)
 	}
 	u.CachedInputTokens = min(u.CachedInputTokens, u.InputTokens)
+	u.CacheWriteTokens = min(u.CacheWriteTokens, u.InputTokens-u.CachedInputTokens)
+	u.CacheWrite1hTokens = min(u.CacheWrite1hTokens, u.CacheWriteTokens)
 	u.ReasoningTokens = min(u.ReasoningTokens, u.OutputTokens)
-	return u, nil
+	return nil
 }
 
 // Parse reads a usage object in any supported dialect.

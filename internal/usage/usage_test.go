@@ -32,6 +32,23 @@ func TestParseDialects(t *testing.T) {
 		{"cached clamped to input", `{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}`,
 			record.Usage{InputTokens: 4, CachedInputTokens: 4, OutputTokens: 1}},
 		{"null details", `{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}`, record.Usage{InputTokens: 4, OutputTokens: 1}},
+		{"openai cache write", `{"prompt_tokens":3000,"completion_tokens":20,"total_tokens":3020,"prompt_tokens_details":{"cached_tokens":1024,"cache_write_tokens":1900}}`,
+			record.Usage{InputTokens: 3000, CachedInputTokens: 1024, CacheWriteTokens: 1900, OutputTokens: 20}},
+		{"responses cache write", `{"input_tokens":3000,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":2900},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":3020}`,
+			record.Usage{InputTokens: 3000, CacheWriteTokens: 2900, OutputTokens: 20}},
+		{"cache write clamped to input less cached", `{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":6,"cache_write_tokens":9}}`,
+			record.Usage{InputTokens: 10, CachedInputTokens: 6, CacheWriteTokens: 4, OutputTokens: 1}},
+		{"deepseek hit and miss without prompt_tokens", `{"completion_tokens":3,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}`,
+			record.Usage{InputTokens: 100, CachedInputTokens: 64, OutputTokens: 3}},
+		{"kimi top-level cached", `{"prompt_tokens":7020,"completion_tokens":12,"total_tokens":7032,"cached_tokens":6998}`,
+			record.Usage{InputTokens: 7020, CachedInputTokens: 6998, OutputTokens: 12}},
+		{"nested cached wins over top-level", `{"prompt_tokens":100,"completion_tokens":1,"cached_tokens":90,"prompt_tokens_details":{"cached_tokens":64}}`,
+			record.Usage{InputTokens: 100, CachedInputTokens: 64, OutputTokens: 1}},
+		{"gemini thinking outside completion", `{"completion_tokens":102,"prompt_tokens":758,"total_tokens":1725}`,
+			record.Usage{InputTokens: 758, OutputTokens: 967, ReasoningTokens: 865}},
+		{"gemini thinking reported and outside completion", `{"completion_tokens":0,"prompt_tokens":21,"total_tokens":81,"completion_tokens_details":{"reasoning_tokens":60}}`,
+			record.Usage{InputTokens: 21, OutputTokens: 60, ReasoningTokens: 60}},
+		{"total below the sum is no thinking", `{"prompt_tokens":10,"completion_tokens":5,"total_tokens":12}`, record.Usage{InputTokens: 10, OutputTokens: 5}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +62,8 @@ func TestParseDialects(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{`{}`, `{"prompt_tokens":-1,"completion_tokens":0}`, `{"prompt_tokens":"7"}`, `[]`} {
+	for _, bad := range []string{`{}`, `{"prompt_tokens":-1,"completion_tokens":0}`, `{"prompt_tokens":"7"}`, `[]`,
+		`{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cache_write_tokens":-1}}`} {
 		if u, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s) = %+v, want an error", bad, u)
 		}

@@ -462,7 +462,8 @@ func TestAnalyticsConformance(t *testing.T) {
 }
 
 // TestOpenAddsMissingColumns: a requests table made by an older tollgate
-// (here: without client_request_id, parent_span_id and response_id) is
+// (here: without client_request_id, parent_span_id, response_id and the
+// cache-write and tool-call columns) is
 // brought up to date at Open, so INSERTs of the new Records work and old
 // rows read back with defaults.
 func TestOpenAddsMissingColumns(t *testing.T) {
@@ -470,7 +471,7 @@ func TestOpenAddsMissingColumns(t *testing.T) {
 	if err := old.Insert(t.Context(), []*record.Record{storetest.Record(1)}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{"client_request_id", "parent_span_id", "response_id"} {
+	for _, c := range []string{"client_request_id", "parent_span_id", "response_id", "cache_write_tokens", "cache_write_1h_tokens", "tool_calls"} {
 		if err := old.c.exec(t.Context(), "", "ALTER TABLE "+old.table("requests")+" DROP COLUMN "+c); err != nil {
 			t.Fatal(err)
 		}
@@ -494,6 +495,9 @@ func TestOpenAddsMissingColumns(t *testing.T) {
 	older, err := s.Request(t.Context(), storetest.Record(1).RequestID)
 	if err != nil || older[0].ClientRequestID != "" || older[0].ParentSpanID != "" || older[0].ResponseID != "" {
 		t.Fatalf("old row: %v, client id %q, parent span %q, response id %q", err, older[0].ClientRequestID, older[0].ParentSpanID, older[0].ResponseID)
+	}
+	if u := older[0].Usage; u.CacheWriteTokens != 0 || u.CacheWrite1hTokens != 0 || u.ToolCalls != 0 {
+		t.Fatalf("old row: usage %+v, want no cache writes or tool calls", u)
 	}
 }
 

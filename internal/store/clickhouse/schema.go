@@ -222,6 +222,9 @@ var ledger = []column{
 	i64Col("cached_input_tokens", func(r *record.Record) *int64 { return &r.Usage.CachedInputTokens }),
 	i64Col("output_tokens", func(r *record.Record) *int64 { return &r.Usage.OutputTokens }),
 	i64Col("reasoning_tokens", func(r *record.Record) *int64 { return &r.Usage.ReasoningTokens }),
+	i64Col("cache_write_tokens", func(r *record.Record) *int64 { return &r.Usage.CacheWriteTokens }),
+	i64Col("cache_write_1h_tokens", func(r *record.Record) *int64 { return &r.Usage.CacheWrite1hTokens }),
+	intCol("tool_calls", func(r *record.Record) *int { return &r.Usage.ToolCalls }),
 	strCol("usage_source", true, func(r *record.Record) *string { return (*string)(&r.Usage.Source) }),
 
 	i64Col("cost_nanos", func(r *record.Record) *int64 { return &r.Cost.Nanos }),

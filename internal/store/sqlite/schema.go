@@ -176,6 +176,11 @@ var migrations = []string{
 	migration13,
 	// 14: until when the engine's own timing is expected (vLLM's span).
 	`ALTER TABLE requests ADD COLUMN engine_timing_due_ns INTEGER NOT NULL DEFAULT 0;`,
+	// 15: prompt-cache writes (and their 1-hour part), priced apart from
+	// plain input by Anthropic, and the tool calls of an agent's step.
+	`ALTER TABLE requests ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE requests ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -316,6 +321,9 @@ var ledger = []column{
 	{"cached_input_tokens", func(r *record.Record) any { return r.Usage.CachedInputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CachedInputTokens }},
 	{"output_tokens", func(r *record.Record) any { return r.Usage.OutputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.OutputTokens }},
 	{"reasoning_tokens", func(r *record.Record) any { return r.Usage.ReasoningTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.ReasoningTokens }},
+	{"cache_write_tokens", func(r *record.Record) any { return r.Usage.CacheWriteTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CacheWriteTokens }},
+	{"cache_write_1h_tokens", func(r *record.Record) any { return r.Usage.CacheWrite1hTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CacheWrite1hTokens }},
+	{"tool_calls", func(r *record.Record) any { return int64(r.Usage.ToolCalls) }, func(r *record.Record, _ *scratch) any { return &r.Usage.ToolCalls }},
 	{"usage_source", func(r *record.Record) any { return string(r.Usage.Source) }, func(r *record.Record, _ *scratch) any { return &r.Usage.Source }},
 
 	{"cost_nanos", func(r *record.Record) any { return r.Cost.Nanos }, func(r *record.Record, _ *scratch) any { return &r.Cost.Nanos }},
