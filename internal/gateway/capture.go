@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,6 +132,10 @@ type capturer struct {
 	done    chan struct{}
 	written *prometheus.CounterVec // by reason
 	dropped *prometheus.CounterVec // by cause
+	// offered counts the qualifying captures offered (queued or
+	// dropped). A request's capture is offered after its Record is handed
+	// on, so a test that saw the Record waits for this.
+	offered atomic.Int64
 }
 
 func newCapturer(cfg capture.Config, sink func(context.Context, []*capture.Capture) error, reg prometheus.Registerer, log *slog.Logger) (*capturer, error) {
@@ -190,6 +195,7 @@ func (c *capturer) offer(rec *record.Record, clientBody []byte, b *captureBuf, s
 	default:
 		c.dropped.WithLabelValues("queue_full").Inc()
 	}
+	c.offered.Add(1)
 }
 
 // run redacts and writes captures until stop is closed, then writes what

@@ -106,6 +106,9 @@ func TestCaptureQueueFull(t *testing.T) {
 		}
 		tg.next(t)
 	}
+	// A capture is offered just after its Record is handed on: wait for
+	// the last one before counting.
+	waitFor(t, "every capture offered", func() bool { return tg.G.capture.offered.Load() == int64(n) })
 	dropped := testutil.ToFloat64(tg.G.capture.dropped.WithLabelValues("queue_full"))
 	// The blocked writer holds one batch (1 to captureBatch captures, as
 	// many as were queued when it started), captureQueue wait; the rest drop.

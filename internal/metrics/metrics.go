@@ -135,14 +135,15 @@ func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
 
 // Observe records one finished Record.
 func (m *Metrics) Observe(r *record.Record) {
-	// Names are learned only from successful responses, so a client
-	// inventing models or business lines on refused requests cannot fill
-	// the sets.
+	// Model names are learned only from successful responses, so a client
+	// inventing models cannot fill the set.
 	model := m.labels.Model.Value(r.Model, r.OK())
 	if model == "" {
 		model = OtherModel
 	}
-	biz := m.labels.BizLine.Value(r.BizLine, r.OK())
+	// A business line is learned from any request sent upstream, failing
+	// ones included (error rates by business line need them).
+	biz := m.labels.BizLine.Value(r.BizLine, r.Marks.UpstreamSent > 0)
 	if biz == "" {
 		biz = "none"
 	}

@@ -114,9 +114,14 @@ func (a *Aggregator) Add(r *record.Record) {
 	k := Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.TemplateID}
 	if lb := a.cfg.Labels; lb != nil {
 		// The metrics counted the model's and biz line's folds already.
+		// A business line or template is learned from any request the
+		// gateway sent upstream — a failing one too, or error-rate rules
+		// by business line would never see it — never from one it
+		// refused itself (an invented value on a bad request).
+		sent := r.Marks.UpstreamSent > 0
 		k.Model = lb.Model.Again(k.Model, r.OK())
-		k.BizLine = lb.BizLine.Again(k.BizLine, r.OK())
-		k.Template = lb.Template.Value(k.Template, r.OK())
+		k.BizLine = lb.BizLine.Again(k.BizLine, sent)
+		k.Template = lb.Template.Value(k.Template, sent)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

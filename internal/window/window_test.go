@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
@@ -261,4 +262,31 @@ func FuzzStatsUnmarshal(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLabelsBoundedKeepFailingBizLines: with bounded labels, a business
+// line whose requests all fail upstream keeps its own key (error-rate
+// rules by business line must see it; TestThreeReplicas caught its loss),
+// while values invented on requests the gateway refused itself, and
+// values past the bound, fold into "other".
+func TestLabelsBoundedKeepFailingBizLines(t *testing.T) {
+	a := New(Config{Labels: label.New(nil, label.Config{MaxModels: 4, MaxBizLines: 2, MaxTemplates: 2})}, nil, nil, nil)
+	failing := req("m", t0, 100*time.Millisecond, time.Second, 10, 1)
+	failing.BizLine, failing.Status, failing.ErrorType = "errs", 500, record.ErrUpstreamStatus
+	refused := req("m", t0, 0, time.Millisecond, 0, 0)
+	refused.BizLine, refused.Status, refused.Marks.UpstreamSent = "invented", 400, 0
+	a.Add(failing)
+	a.Add(refused)
+	for i := range 5 {
+		r := req("m", t0, 100*time.Millisecond, time.Second, 10, 1)
+		r.BizLine = fmt.Sprint("biz-", i)
+		a.Add(r)
+	}
+	w := a.Window(t0, t0.Add(time.Hour), nil, []string{"biz_line"}, NoQuantity)
+	if g := w["biz_line=errs"]; g == nil || g.Stats.Requests != 1 {
+		t.Fatalf("the failing business line lost its key: %v", w)
+	}
+	if w["biz_line=invented"] != nil || w["biz_line=other"] == nil {
+		t.Fatalf("refused or past-the-bound values not folded: %v", w)
+	}
 }
