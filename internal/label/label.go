@@ -88,6 +88,19 @@ func (s *Set) Len() int {
 	return len(s.names)
 }
 
+// LearnModel says whether a request may teach the model set its model:
+// it was sent upstream and the upstream did not refuse the model (404, or
+// 400/422 for a bad request). A request refused by the gateway, or a
+// model the engine does not know, never teaches it; a request that failed
+// in the engine does, so error rates by model see it on every replica.
+func LearnModel(sentUpstream bool, upstreamStatus int) bool {
+	switch upstreamStatus {
+	case 400, 404, 422:
+		return false
+	}
+	return sentUpstream
+}
+
 // Config says what each dimension knows and how many more it may learn.
 type Config struct {
 	Models, BizLines       []string // configured: always their own value

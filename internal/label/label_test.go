@@ -67,3 +67,15 @@ func TestAgainDoesNotCount(t *testing.T) {
 		t.Fatalf("folded = %v, want 1", got)
 	}
 }
+
+func TestLearnModel(t *testing.T) {
+	for _, tc := range []struct {
+		sent   bool
+		status int
+		want   bool
+	}{{true, 200, true}, {true, 500, true}, {true, 0, true}, {true, 404, false}, {true, 400, false}, {false, 0, false}} {
+		if got := LearnModel(tc.sent, tc.status); got != tc.want {
+			t.Errorf("LearnModel(%v, %d) = %v", tc.sent, tc.status, got)
+		}
+	}
+}

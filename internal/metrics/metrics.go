@@ -135,15 +135,17 @@ func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
 
 // Observe records one finished Record.
 func (m *Metrics) Observe(r *record.Record) {
-	// Model names are learned only from successful responses, so a client
-	// inventing models cannot fill the set.
-	model := m.labels.Model.Value(r.Model, r.OK())
+	// A model name is learned from a request its upstream took, failing
+	// ones included; a client inventing models on requests the gateway or
+	// the engine refused cannot fill the set.
+	sent := r.Marks.UpstreamSent > 0
+	model := m.labels.Model.Value(r.Model, label.LearnModel(sent, r.UpstreamStatus))
 	if model == "" {
 		model = OtherModel
 	}
 	// A business line is learned from any request sent upstream, failing
 	// ones included (error rates by business line need them).
-	biz := m.labels.BizLine.Value(r.BizLine, r.Marks.UpstreamSent > 0)
+	biz := m.labels.BizLine.Value(r.BizLine, sent)
 	if biz == "" {
 		biz = "none"
 	}

@@ -19,7 +19,7 @@ func TestObserveNoUnboundedLabels(t *testing.T) {
 		r := &record.Record{Model: "model-" + strconv.Itoa(i), UserID: "user-" + strconv.Itoa(i), Upstream: "u", Status: 200, Stream: true,
 			BizLine: "biz-" + strconv.Itoa(i), FinishReason: "reason-" + strconv.Itoa(i),
 			Usage: record.Usage{InputTokens: 1, OutputTokens: 2, Source: record.SourceEngine}}
-		r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = 1e6, 2e6, 3e6
+		r.Marks.UpstreamSent, r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = 1e5, 1e6, 2e6, 3e6
 		r.Finish()
 		m.Observe(r)
 	}

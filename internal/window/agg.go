@@ -119,7 +119,7 @@ func (a *Aggregator) Add(r *record.Record) {
 		// by business line would never see it — never from one it
 		// refused itself (an invented value on a bad request).
 		sent := r.Marks.UpstreamSent > 0
-		k.Model = lb.Model.Again(k.Model, r.OK())
+		k.Model = lb.Model.Again(k.Model, label.LearnModel(sent, r.UpstreamStatus))
 		k.BizLine = lb.BizLine.Again(k.BizLine, sent)
 		k.Template = lb.Template.Value(k.Template, sent)
 	}
