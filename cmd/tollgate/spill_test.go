@@ -20,6 +20,7 @@ import (
 
 	_ "modernc.org/sqlite" // the store's own driver, for the connection that locks the ledger
 
+	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse"
@@ -218,19 +219,7 @@ func TestSpillClickHouseDown(t *testing.T) {
 
 	g2 := startGateway(t, cfgPath, addr)
 	terminate(t, g2)
-	recs, err := st.Requests(context.Background(), store.Filter{Limit: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for _, r := range recs {
-		got[clientID(r)]++
-	}
-	for _, id := range ids {
-		if got[id] != 1 {
-			t.Errorf("request %s the client saw complete has %d rows in ClickHouse, want 1", id, got[id])
-		}
-	}
+	recs := oneRowEach(t, st, ids)
 	rep, err := st.Report(t.Context(), store.ReportQuery{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -373,4 +362,24 @@ func TestSpillDiskFull(t *testing.T) {
 	}
 	n := checkLedger(t, db, ids)
 	t.Logf("%d requests completed (%d before the disk filled), %d rows", len(ids), before, n)
+}
+
+// oneRowEach asserts that every request the client saw complete (by the
+// id it sent) has exactly one row in st; it returns the rows.
+func oneRowEach(t *testing.T, st store.Store, ids []string) []*record.Record {
+	t.Helper()
+	recs, err := st.Requests(t.Context(), store.Filter{Limit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, r := range recs {
+		got[clientID(r)]++
+	}
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("request %s the client saw complete has %d rows in ClickHouse, want 1", id, got[id])
+		}
+	}
+	return recs
 }

@@ -103,19 +103,7 @@ func TestServeStartsClickHouseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	recs, err := st.Requests(t.Context(), store.Filter{Limit: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for _, r := range recs {
-		got[clientID(r)]++
-	}
-	for _, id := range ids {
-		if got[id] != 1 {
-			t.Errorf("request %s the client saw complete has %d rows in ClickHouse, want 1", id, got[id])
-		}
-	}
+	recs := oneRowEach(t, st, ids)
 	physical := rowsIn(ch.URL, db)
 	if len(recs) != len(ids) || physical != int64(len(ids)) {
 		t.Errorf("ClickHouse holds %d rows (%d before merges) for %d completed requests; want exactly one each", len(recs), physical, len(ids))
