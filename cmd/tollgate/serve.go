@@ -24,12 +24,12 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/fleet"
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/label"
+	"github.com/tollgate-dev/tollgate/internal/ledger"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/quota/redisquota"
-	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/scrape"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
@@ -379,16 +379,21 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 			}
 			return 1
 		}))
-	var lg *ledger
-	if cfg.Store.Durability == "off" {
-		// Benchmarks only (bench overhead's arm B0): Records are built and
-		// observed, then dropped.
-		log.Warn("store.durability is off: no request is recorded in the ledger")
-		lg = &ledger{sink: func(*record.Record) func(context.Context) error { return nil }, amend: func(string, record.EngineTiming) {}, stop: func() {}}
-	} else if lg, err = startLedger(cfg, st, log, reg); err != nil {
+	lg, err := ledger.Open(ledgerConfig(cfg), st, log, reg)
+	if err != nil {
 		return err
 	}
-	stopWriter := lg.stop
+	ledgerCtx, stopLedger := context.WithCancel(context.Background())
+	ledgerDone := make(chan error, 1)
+	go func() { ledgerDone <- lg.Run(ledgerCtx) }()
+	// stopWriter is called once the HTTP server has drained: the ledger
+	// flushes everything, then returns.
+	stopWriter := func() {
+		stopLedger()
+		if err := <-ledgerDone; err != nil {
+			log.Error("ledger stopped with an error", "err", err)
+		}
+	}
 
 	// Events (quota warnings, tokenizer mismatches) go to the store in
 	// batches, off the request path.
@@ -552,7 +557,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Config:         cfg,
 		Log:            log.With("component", "gateway"),
 		Metrics:        metrics.New(reg, labels),
-		Sink:           lg.sink,
+		Sink:           lg.Append,
 		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Ready:          storeReady(cfg, st),
@@ -560,7 +565,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Prices:         prices,
 		Limiter:        limiter,
 		Joiner:         joiner,
-		Amend:          lg.amend,
+		Amend:          lg.Amend,
 		Observers:      observers,
 		Registerer:     reg,
 		Capture:        captureSink,
@@ -692,6 +697,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	stopWriter()
 	log.Info("stopped")
 	return nil
+}
+
+// ledgerConfig is the ledger of cfg's store section.
+func ledgerConfig(cfg *config.Config) ledger.Config {
+	return ledger.Config{Durability: cfg.Store.Durability, QueueDir: cfg.QueueDir(), QueueMaxBytes: cfg.Store.Queue.MaxBytes,
+		QueueSize: cfg.Store.QueueSize, BatchSize: cfg.Store.BatchSize, FlushInterval: cfg.Store.FlushInterval}
 }
 
 // storeReady is serve's /readyz check: the store's state as a detail

@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"bytes"
@@ -13,20 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/wal"
 )
-
-// ledger is the path of finished Records into the store: the write-ahead
-// queue (durable before the response ends, shipped in order, the spill
-// queue while the store is down) or, by choice, the in-memory writer.
-type ledger struct {
-	sink  func(*record.Record) func(context.Context) error
-	amend func(requestID string, et record.EngineTiming) // a late engine span
-	stop  func()                                         // after the HTTP server has drained: flush everything, then return
-}
 
 // amendment is the queue payload of a late engine timing: it travels the
 // same ordered queue as the Records, so it is applied after its row.
@@ -54,50 +44,16 @@ func decodeQueued(p []byte) (*record.Record, error) {
 	return r, json.Unmarshal(p, r)
 }
 
-func startLedger(cfg *config.Config, st interface {
-	store.Store
-	store.Analytics
-}, log *slog.Logger, reg prometheus.Registerer) (*ledger, error) {
-	an := st
-	if cfg.Store.Durability == "memory" {
-		w := store.NewWriter(st, store.WriterConfig{
-			QueueSize: cfg.Store.QueueSize, BatchSize: cfg.Store.BatchSize, FlushInterval: cfg.Store.FlushInterval,
-		}, log.With("component", "writer"), reg)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Run(ctx) }()
-		log.Warn("store.durability is memory: records still queued are lost if the process is killed")
-		return &ledger{
-			sink: func(r *record.Record) func(context.Context) error { w.Enqueue(r); return nil },
-			// Without the ordered queue a late span could reach the store
-			// before its row; it is applied on a best-effort basis.
-			amend: func(id string, et record.EngineTiming) {
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					if err := w.Flush(ctx); err == nil {
-						_ = an.SetEngineTiming(ctx, id, et)
-					}
-				}()
-			},
-			stop: func() {
-				cancel()
-				if err := <-done; err != nil {
-					log.Error("writer stopped with an error", "err", err)
-				}
-			},
-		}, nil
-	}
-
+// openQueue opens the write-ahead queue, recovering what an earlier
+// process left in it.
+func openQueue(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*queueLedger, error) {
 	l := &queueLedger{
-		opts:  wal.Options{Dir: cfg.QueueDir(), MaxBytes: cfg.Store.Queue.MaxBytes},
+		opts:  wal.Options{Dir: cfg.QueueDir, MaxBytes: cfg.QueueMaxBytes},
 		log:   log.With("component", "queue"),
 		reg:   &reRegisterer{reg: reg},
 		st:    st,
-		batch: cfg.Store.BatchSize,
-		flush: cfg.Store.FlushInterval,
-		quit:  make(chan struct{}),
-		done:  make(chan struct{}),
+		batch: cfg.BatchSize,
+		flush: cfg.FlushInterval,
 	}
 	q, err := wal.Open(l.opts, l.log, l.reg)
 	if err != nil {
@@ -107,25 +63,29 @@ func startLedger(cfg *config.Config, st interface {
 		log.Warn("queue recovered from a crash", "truncated_bytes", r.TruncatedBytes)
 	}
 	l.registerMetrics(reg)
-	run := l.start(q)
-	l.cur.Store(run)
-	go l.supervise(run)
-	return &ledger{
-		sink: l.sink,
-		amend: func(id string, et record.EngineTiming) {
-			b, err := json.Marshal(amendment{Amend: "engine_timing", RequestID: id, EngineTiming: et})
-			if err == nil {
-				_, err = l.cur.Load().q.Append(b)
-			}
-			if err != nil {
-				l.log.Warn("engine timing not queued", "request_id", id, "err", err)
-			}
-		},
-		stop: func() {
-			close(l.quit)
-			<-l.done
-		},
-	}, nil
+	l.cur.Store(l.newRun(q))
+	return l, nil
+}
+
+func (l *queueLedger) append(r *record.Record) func(context.Context) error { return l.sink(r) }
+
+func (l *queueLedger) amend(id string, et record.EngineTiming) {
+	b, err := json.Marshal(amendment{Amend: "engine_timing", RequestID: id, EngineTiming: et})
+	if err == nil {
+		_, err = l.cur.Load().q.Append(b)
+	}
+	if err != nil {
+		l.log.Warn("engine timing not queued", "request_id", id, "err", err)
+	}
+}
+
+// run starts the queue opened by openQueue and supervises it until ctx
+// ends, then commits what is pending, ships it (bounded) and closes.
+func (l *queueLedger) run(ctx context.Context) error {
+	run := l.cur.Load()
+	run.start(l)
+	l.supervise(ctx, run)
+	return nil
 }
 
 // queueLedger is the ledger on the write-ahead queue. The queue stops for
@@ -135,18 +95,14 @@ func startLedger(cfg *config.Config, st interface {
 // works, and queues them again, so a disk that fills up for a while loses
 // no Record unless the process dies meanwhile.
 type queueLedger struct {
-	opts wal.Options
-	log  *slog.Logger
-	reg  *reRegisterer
-	st   interface {
-		store.Store
-		store.Analytics
-	}
+	opts        wal.Options
+	log         *slog.Logger
+	reg         *reRegisterer
+	st          Store
 	batch       int
 	flush       time.Duration
 	cur         atomic.Pointer[queueRun] // the queue Records go to now
 	spill       spillBuffer
-	quit, done  chan struct{} // stop → supervise: shut down; supervise → stop: done
 	failures    atomic.Uint64 // queue runs ended by an I/O error
 	lastDropLog atomic.Int64
 
@@ -194,17 +150,21 @@ func (l *queueLedger) registerMetrics(reg prometheus.Registerer) {
 	)
 }
 
-// start runs the committer and the shipper of a freshly opened queue.
-func (l *queueLedger) start(q *wal.WAL) *queueRun {
+// newRun is a freshly opened queue, not started yet.
+func (l *queueLedger) newRun(q *wal.WAL) *queueRun {
+	return &queueRun{q: q, held: &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(l.batch)},
+		runDone: make(chan error, 1), shipDone: make(chan error, 1)}
+}
+
+// start runs the committer and the shipper of r.
+func (r *queueRun) start(l *queueLedger) {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	// Shipping ends by itself once Run has returned and everything durable
 	// has reached the store; the context only bounds a store that is down.
 	shipCtx, stopShip := context.WithCancel(context.Background())
-	r := &queueRun{q: q, held: &heldRecords{m: map[uint64]heldRecord{}, max: maxHeld(l.batch)},
-		runDone: make(chan error, 1), shipDone: make(chan error, 1), stopRun: stopRun, stopShip: stopShip}
-	go func() { r.runDone <- q.Run(runCtx) }()
-	go func() { r.shipDone <- q.Ship(shipCtx, l.batch, l.flush, l.shipper(r)) }()
-	return r
+	r.stopRun, r.stopShip = stopRun, stopShip
+	go func() { r.runDone <- r.q.Run(runCtx) }()
+	go func() { r.shipDone <- r.q.Ship(shipCtx, l.batch, l.flush, l.shipper(r)) }()
 }
 
 // shipper is the sink of one queue run.
@@ -310,10 +270,9 @@ func (l *queueLedger) hold(r *record.Record, size int) {
 	}
 }
 
-// supervise runs until stop: it reopens the queue whenever a run ends in
-// an I/O error, and queues again the Records held meanwhile.
-func (l *queueLedger) supervise(run *queueRun) {
-	defer close(l.done)
+// supervise runs until ctx ends: it reopens the queue whenever a run ends
+// in an I/O error, and queues again the Records held meanwhile.
+func (l *queueLedger) supervise(ctx context.Context, run *queueRun) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -321,7 +280,7 @@ func (l *queueLedger) supervise(run *queueRun) {
 		case err := <-run.runDone:
 			// Run returns before stop only after a write or fsync error.
 			l.fail(run, err)
-			if run = l.reopen(run); run == nil {
+			if run = l.reopen(ctx, run); run == nil {
 				l.flushSpill()
 				return
 			}
@@ -329,7 +288,7 @@ func (l *queueLedger) supervise(run *queueRun) {
 			// Records that saw the failed run just before the swap.
 			l.requeue(run)
 			l.noteRecovered(run)
-		case <-l.quit:
+		case <-ctx.Done():
 			l.requeue(run)
 			l.shutdown(run)
 			l.noteRecovered(run) // a recovery within the last second is logged too
@@ -373,8 +332,8 @@ func (l *queueLedger) fail(run *queueRun, err error) {
 }
 
 // reopen opens the queue again, waiting longer after each failure, until
-// it opens or stop is called (nil).
-func (l *queueLedger) reopen(failed *queueRun) *queueRun {
+// it opens or ctx ends (nil).
+func (l *queueLedger) reopen(ctx context.Context, failed *queueRun) *queueRun {
 	for {
 		// Opening works on a full disk; writing does not: the wait grows
 		// across runs that fail before their first commit.
@@ -382,7 +341,7 @@ func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 		t := time.NewTimer(l.backoff)
 		select {
 		case <-t.C:
-		case <-l.quit:
+		case <-ctx.Done():
 			t.Stop()
 			if failed != nil {
 				l.spill.dropped.Add(uint64(failed.held.lost()))
@@ -402,7 +361,8 @@ func (l *queueLedger) reopen(failed *queueRun) *queueRun {
 			l.log.Warn("write-ahead queue could not be reopened; retrying", "err", err)
 			continue
 		}
-		run := l.start(q)
+		run := l.newRun(q)
+		run.start(l)
 		l.cur.Store(run)
 		held := l.spill.len()
 		l.requeue(run)
@@ -486,183 +446,4 @@ func (l *queueLedger) flushSpill() {
 		return
 	}
 	l.log.Warn("records held in memory written to the store directly at shutdown (the queue could not be reopened)", "records", len(recs))
-}
-
-// spillBuffer holds the Records the failed queue could not take, bounded
-// by their encoded size.
-type spillBuffer struct {
-	mu      sync.Mutex
-	recs    []heldRecord
-	bytes   int
-	dropped atomic.Uint64
-}
-
-// add holds r unless the bound is reached (then it is counted dropped).
-func (s *spillBuffer) add(r *record.Record, size int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bytes+size > maxSpillBytes {
-		s.dropped.Add(1)
-		return false
-	}
-	s.recs = append(s.recs, heldRecord{r, size})
-	s.bytes += size
-	return true
-}
-
-func (s *spillBuffer) take() []heldRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	recs := s.recs
-	s.recs, s.bytes = nil, 0
-	return recs
-}
-
-func (s *spillBuffer) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.recs)
-}
-
-// reRegisterer lets each opening of the queue register its metrics again:
-// reset unregisters those of the previous one (their counters restart, as
-// after a process restart).
-type reRegisterer struct {
-	reg prometheus.Registerer
-	mu  sync.Mutex
-	cs  []prometheus.Collector
-}
-
-func (r *reRegisterer) Register(c prometheus.Collector) error {
-	if r.reg == nil {
-		return nil
-	}
-	if err := r.reg.Register(c); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.cs = append(r.cs, c)
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *reRegisterer) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-func (r *reRegisterer) Unregister(c prometheus.Collector) bool {
-	return r.reg != nil && r.reg.Unregister(c)
-}
-
-func (r *reRegisterer) reset() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.cs {
-		r.reg.Unregister(c)
-	}
-	r.cs = nil
-}
-
-// heldRecords are the Records this process appended to the queue and
-// has not shipped yet, by sequence number. A Record is not changed after
-// it is handed to the ledger, so the shipper may insert it as it is.
-type heldRecords struct {
-	mu      sync.Mutex
-	m       map[uint64]heldRecord
-	max     int64  // the bound of bytes (maxHeld)
-	bytes   int64  // their encoded sizes, summed
-	low     uint64 // entries before it are shipped
-	top     uint64 // the highest entry put
-	failed  bool   // the run failed: entries after durable will never be shipped
-	durable uint64
-	missing map[uint64]bool // after the failure: entries after durable not held (yet)
-}
-
-type heldRecord struct {
-	r    *record.Record
-	size int
-}
-
-// maxHeld bounds the Records kept (by their encoded size) until shipped:
-// about two batches (the one in the store's insert and the next), at
-// least minHeldBytes. Beyond it — a store slow or down for a while — the
-// shipper decodes the queue's copies, which are on disk anyway. At
-// ClickHouse's 50,000-row batches the Records of a busy replica did not
-// fit 16 MiB, and decoding them again was a fifth of its ledger's CPU.
-func maxHeld(batch int) int64 { return max(minHeldBytes, 2*int64(batch)*heldRecordBytes) }
-
-const (
-	minHeldBytes    = 16 << 20
-	heldRecordBytes = 768 // a queued Record's size, a sampled one's included (BenchmarkRecordCodec: 581)
-)
-
-// put holds r, appended as entry seq in size bytes, unless that entry was
-// shipped already (Append and put are not one step) or the bound is
-// reached. It returns false when the run has failed and the entry was not
-// durable: r is not in the queue, and not kept here.
-func (h *heldRecords) put(seq uint64, r *record.Record, size int) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.failed {
-		delete(h.missing, seq) // its Append came before the failure, its put after
-		return seq <= h.durable
-	}
-	h.top = max(h.top, seq)
-	if seq >= h.low && h.bytes+int64(size) <= h.max {
-		h.m[seq] = heldRecord{r, size}
-		h.bytes += int64(size)
-	}
-	return true
-}
-
-// fail marks the run failed with entries up to durable on disk, and
-// returns the Records held after it, in order, and how many entries after
-// it are not held: those whose put has not come yet (put then refuses
-// them, and the caller holds the Record elsewhere), those beyond the held
-// bound and late engine timings.
-func (h *heldRecords) fail(durable uint64) (lost []heldRecord, notHeld int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.failed, h.durable, h.missing = true, durable, map[uint64]bool{}
-	for s := durable + 1; s <= h.top; s++ {
-		if e, ok := h.m[s]; ok {
-			lost = append(lost, e)
-			h.bytes -= int64(e.size)
-			delete(h.m, s)
-		} else {
-			h.missing[s] = true
-		}
-	}
-	return lost, len(h.missing)
-}
-
-// lost is, some time after fail, how many entries after the durable point
-// were never held: lost with the failed run.
-func (h *heldRecords) lost() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.missing)
-}
-
-func (h *heldRecords) get(seq uint64) *record.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.m[seq].r
-}
-
-// drop forgets the entries [first, end): shipped.
-func (h *heldRecords) drop(first, end uint64) {
-	h.mu.Lock()
-	for s := first; s < end; s++ {
-		if e, ok := h.m[s]; ok {
-			h.bytes -= int64(e.size)
-			delete(h.m, s)
-		}
-	}
-	h.low = max(h.low, end)
-	h.mu.Unlock()
 }

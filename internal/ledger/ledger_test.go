@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -22,6 +22,44 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 	"github.com/tollgate-dev/tollgate/internal/wal"
 )
+
+// sqliteConfig is serve's ledger on SQLite in dir: the write-ahead
+// queue beside the ledger file, config's default batches.
+func sqliteConfig(dir string) Config {
+	d := config.Default()
+	return Config{QueueDir: filepath.Join(dir, "l.db.queue"), BatchSize: d.Store.BatchSize, FlushInterval: d.Store.FlushInterval}
+}
+
+// runLedger opens the ledger and runs it until the returned stop, which
+// waits for Run's drain.
+func runLedger(tb testing.TB, cfg Config, st Store) (*Ledger, func()) {
+	tb.Helper()
+	lg, err := Open(cfg, st, nil, prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- lg.Run(ctx) }()
+	return lg, func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
 
 // TestHeldRecords: a shipped batch drops its Records; one put after its
 // entry was shipped is not kept; the byte bound holds and frees up.
@@ -67,17 +105,13 @@ func TestHeldRecords(t *testing.T) {
 // queue's append and group commit, the shipper, the SQLite insert with
 // its rollups — from many goroutines at once, as requests end.
 func BenchmarkLedger(b *testing.B) {
-	cfg := config.Default()
-	cfg.Store.SQLite.Path = filepath.Join(b.TempDir(), "l.db")
-	st, err := sqlite.Open(context.Background(), cfg.Store.SQLite.Path, slog.New(slog.DiscardHandler))
+	dir := b.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "l.db"), slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	lg, err := startLedger(cfg, st, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
+	lg, stop := runLedger(b, sqliteConfig(dir), st)
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
@@ -85,14 +119,14 @@ func BenchmarkLedger(b *testing.B) {
 		for pb.Next() {
 			r := storetest.Record(int(n.Add(1)))
 			r.Finish()
-			if err := lg.sink(r)(context.Background()); err != nil {
+			if err := lg.Append(r)(context.Background()); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
 	b.StopTimer()
-	lg.stop()
+	stop()
 }
 
 // TestHeldRecordsFail: when the queue fails, the Records after the
@@ -145,8 +179,8 @@ func TestSpillBuffer(t *testing.T) {
 // upgrade the ledger ships both, and an amendment queued after a Record
 // still applies to it.
 func TestLedgerReadsBothQueueForms(t *testing.T) {
-	cfg := config.Default()
-	cfg.Store.SQLite.Path = filepath.Join(t.TempDir(), "l.db")
+	dir := t.TempDir()
+	cfg := sqliteConfig(dir)
 	old, cur := storetest.Record(1), storetest.Record(2)
 	js, err := old.MarshalJSON()
 	if err != nil {
@@ -158,18 +192,15 @@ func TestLedgerReadsBothQueueForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fillQueue(t, cfg.QueueDir(), slices.Values([][]byte{js, bin, amend}))
+	fillQueue(t, cfg.QueueDir, slices.Values([][]byte{js, bin, amend}))
 
-	st, err := sqlite.Open(t.Context(), cfg.Store.SQLite.Path, slog.New(slog.DiscardHandler))
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "l.db"), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	lg, err := startLedger(cfg, st, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg.stop() // ships what the queue holds, then returns
+	_, stop := runLedger(t, cfg, st)
+	stop() // ships what the queue holds, then returns
 
 	for _, want := range []*record.Record{old, cur} {
 		got, err := st.Request(t.Context(), want.RequestID)
@@ -219,7 +250,8 @@ func TestRequeuedAreNotFirstDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := l.start(q)
+	run := l.newRun(q)
+	run.start(l)
 	l.cur.Store(run)
 	held := storetest.Records(1, 3)
 	for _, r := range held {

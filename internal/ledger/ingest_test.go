@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse/chtest"
@@ -23,11 +21,11 @@ import (
 
 // BenchmarkLedgerClickHouse is issue 9's ingest figure: one replica's
 // sustained rate of Records into ClickHouse through serve's own ledger
-// (startLedger, with the ClickHouse defaults of serve: batches of up to
+// (Open and Run, with the ClickHouse defaults of serve: batches of up to
 // config.ClickHouseBatchSize rows, one a second), one op = one Record.
 // Run it with a fixed count, as each op needs a Record made beforehand:
 //
-//		go test ./cmd/tollgate -run XXX -bench BenchmarkLedgerClickHouse -benchtime 1000000x
+//		go test ./internal/ledger -run XXX -bench BenchmarkLedgerClickHouse -benchtime 1000000x
 //
 //	  - live: requests finish as in serve. Each hands its Record to the
 //	    ledger's sink — binary encoding, append to the write-ahead queue —
@@ -64,16 +62,13 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	cfg := config.Default()
-	cfg.Store.Backend = "clickhouse"
-	cfg.Store.BatchSize, cfg.Store.FlushInterval = config.ClickHouseBatchSize, config.ClickHouseFlushInterval
-	cfg.Store.Queue.Dir = b.TempDir()
+	cfg := Config{QueueDir: b.TempDir(), BatchSize: config.ClickHouseBatchSize, FlushInterval: config.ClickHouseFlushInterval}
 	recs, err := bench.Records(b.N)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if replay {
-		fillQueue(b, cfg.Store.Queue.Dir, func(yield func([]byte) bool) {
+		fillQueue(b, cfg.QueueDir, func(yield func([]byte) bool) {
 			var buf []byte
 			for _, r := range recs {
 				buf, _ = r.AppendBinary(buf[:0]) // Append copies it
@@ -83,16 +78,11 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 			}
 		})
 	}
-	log := slog.New(slog.DiscardHandler)
-
 	m := chtest.StartCPU(chURL)
 	at := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
-	lg, err := startLedger(cfg, st, log, prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
+	lg, stop := runLedger(b, cfg, st)
 	if !replay {
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -103,7 +93,7 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 					if i >= int64(len(recs)) {
 						return
 					}
-					if err := lg.sink(recs[i])(context.Background()); err != nil {
+					if err := lg.Append(recs[i])(context.Background()); err != nil {
 						b.Error(err)
 						return
 					}
@@ -112,7 +102,7 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 		}
 		wg.Wait()
 	}
-	lg.stop()
+	stop()
 	b.StopTimer()
 	m.Report(b, at)
 
