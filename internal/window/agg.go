@@ -185,7 +185,7 @@ func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
 // Run consumes observed requests, and every few seconds persists the
 // minutes that closed more than Grace ago and forgets those older than
 // Keep. It returns when ctx ends, after persisting what it can.
-func (a *Aggregator) Run(ctx context.Context) {
+func (a *Aggregator) Run(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
@@ -207,7 +207,7 @@ func (a *Aggregator) Run(ctx context.Context) {
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			a.Flush(fctx, time.Now().Add(a.cfg.Grace+time.Minute))
 			cancel()
-			return
+			return nil
 		}
 	}
 }

@@ -89,13 +89,13 @@ func (c *Compactor) Compact(ctx context.Context, now time.Time) (int, error) {
 
 // Run compacts now and then every interval until ctx ends; errors are
 // logged and tried again at the next pass.
-func (c *Compactor) Run(ctx context.Context, every time.Duration) {
+func (c *Compactor) Run(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if n, err := c.Compact(ctx, time.Now()); err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			c.log.Warn("could not compact the alerting windows' days; readers use their hours", "err", err)
 		} else if n > 0 {
@@ -103,7 +103,7 @@ func (c *Compactor) Run(ctx context.Context, every time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
