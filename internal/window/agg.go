@@ -419,10 +419,10 @@ type HourReader interface {
 	WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error)
 }
 
-// EachHourRow hands f every stored row of the closed UTC hour [h, h+1h),
+// eachHourRow hands f every stored row of the closed UTC hour [h, h+1h),
 // encoded: its hour rows when it has any, else its minutes (an hour no
 // writer saw whole, or written before hours were).
-func EachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) error {
+func eachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) error {
 	hrs, err := st.WindowHours(ctx, h, h.Add(time.Hour))
 	if err != nil {
 		return err

@@ -357,7 +357,7 @@ func (r *Reader) hourLoader(ctx context.Context, h time.Time) rowLoader {
 				return true, err
 			}
 		}
-		return true, EachHourRow(ctx, r.st, h, emit)
+		return true, eachHourRow(ctx, r.st, h, emit)
 	}
 }
 
