@@ -14,7 +14,7 @@ import (
 // per group, by grouping and filter: a dashboard asks for the same
 // periods again and again, and its pages ask for several quantities at
 // once. An entry holds the sketches of the quantities asked for and of
-// the hot ones, read in one pass; concurrent callers of a period being
+// the hot ones, read in one pass, and is widened when asked for more; concurrent callers of a period being
 // read wait for that read rather than repeating it. With max 0 nothing
 // is kept: each get reads.
 type periodCache struct {
@@ -89,6 +89,16 @@ func (c *periodCache) get(ctx context.Context, kind string, at time.Time, q *Que
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+	if e != nil && !all {
+		// Widened, not replaced: the quantities read before are read again.
+		mask |= e.mask
+		read = read[:0]
+		for q := range numQuantities {
+			if mask&(1<<q) != 0 {
+				read = append(read, q)
+			}
 		}
 	}
 	mine := &periodEntry{mask: mask, loading: make(chan struct{})}
