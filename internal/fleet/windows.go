@@ -160,18 +160,7 @@ func (w *Windows) Window(from, to time.Time, sel window.Selector, by []string, q
 // Hour merges one closed UTC hour from the store (every replica's rows);
 // closed hours do not change, so each is read once and kept (up to 400).
 func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {
-	h = h.UTC().Truncate(time.Hour)
-	series, err := w.stored.Read(ctx, window.Query{From: h, To: h.Add(time.Hour), By: window.Labels})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]*window.Group{}
-	for k, s := range series {
-		if match(sel, k) {
-			window.GroupIn(out, k, by).Stats.Merge(s.Steps[0])
-		}
-	}
-	return out, nil
+	return w.stored.Hour(ctx, h, sel, by, q)
 }
 
 // minutesFirst says whether a closed hour is read from every replica's

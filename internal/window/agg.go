@@ -86,9 +86,11 @@ func New(cfg Config, p Persister, log *slog.Logger, reg prometheus.Registerer) *
 		flushed: map[int64]bool{},
 		hourly:  map[int64]bool{},
 	}
+	var st HourReader
 	if p != nil {
-		a.stored = NewReader(p, ReaderOptions{Cache: 400, Log: log})
+		st = p
 	}
+	a.stored = NewReader(st, ReaderOptions{Cache: 400, Log: log})
 	if !cfg.From.IsZero() {
 		a.from = cfg.From.Unix()
 	}
@@ -396,21 +398,7 @@ func GroupIn(out map[string]*Group, k Key, by []string) *Group {
 // and kept (up to 400 hours). Only ask for hours that closed more than
 // Grace ago.
 func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []string, q Quantity) (map[string]*Group, error) {
-	h = h.UTC().Truncate(time.Hour)
-	out := map[string]*Group{}
-	if a.p == nil {
-		return out, nil
-	}
-	series, err := a.stored.Read(ctx, Query{From: h, To: h.Add(time.Hour), By: Labels})
-	if err != nil {
-		return nil, err
-	}
-	for k, s := range series {
-		if sel.match(k) {
-			addTo(out, k, by, s.Steps[0], q)
-		}
-	}
-	return out, nil
+	return a.stored.Hour(ctx, h, sel, by, q)
 }
 
 // HourReader is what stored windows are read from: the store.

@@ -2,10 +2,9 @@ package window
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -66,12 +65,7 @@ func (c *periodCache) get(ctx context.Context, kind string, at time.Time, q *Que
 	if c.max <= 0 {
 		return loadPeriod(q, read, load)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%d|%s", kind, at.Unix(), strings.Join(q.By, ","))
-	for _, l := range slices.Sorted(maps.Keys(q.Sel)) {
-		fmt.Fprintf(&b, "|%s=%q", l, q.Sel[l])
-	}
-	key := b.String()
+	key := cacheKey(kind, at, q)
 	var e *periodEntry
 	for {
 		c.mu.Lock()
@@ -145,4 +139,25 @@ func loadPeriod(q *Query, read []Quantity, load rowLoader) ([]periodGroup, error
 		out = append(out, periodGroup{k, s})
 	}
 	return out, nil
+}
+
+// cacheKey names a period of kind at, grouped and filtered as q.
+func cacheKey(kind string, at time.Time, q *Query) string {
+	b := make([]byte, 0, 64)
+	b = append(b, kind...)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, at.Unix(), 10)
+	for _, l := range q.By {
+		b = append(b, '|')
+		b = append(b, l...)
+	}
+	if len(q.Sel) > 0 {
+		for _, l := range slices.Sorted(maps.Keys(q.Sel)) {
+			b = append(b, '|')
+			b = append(b, l...)
+			b = append(b, '=')
+			b = strconv.AppendQuote(b, q.Sel[l])
+		}
+	}
+	return string(b)
 }

@@ -211,10 +211,12 @@ func (q *Query) plan(storeEnd, cut time.Time, days map[int64]int64) []piece {
 	return out
 }
 
-// Read answers q.
+// Read answers q. Its Stats may be the Reader's cached ones: read them,
+// never change them.
 func (r *Reader) Read(ctx context.Context, q Query) (map[Key]*Series, error) {
 	q = q.normalized()
-	out := answer{q: &q, groups: map[Key]*Series{}}
+	out := answer{q: &q, groups: map[Key]*Series{}, shared: map[*Stats]bool{}}
+	own := r.o.Cache <= 0 // periods read are fresh, not kept
 	storeEnd, cut := q.To, time.Time{}
 	if r.o.Memory != nil {
 		cut = Minute(r.o.Now()).Add(-r.o.Recent)
@@ -257,7 +259,7 @@ func (r *Reader) Read(ctx context.Context, q Query) (map[Key]*Series, error) {
 	for _, p := range plan {
 		switch p.res {
 		case resDay:
-			out.addGroups(dayGroups[p.from.Unix()], p.step)
+			out.addGroups(dayGroups[p.from.Unix()], p.step, own)
 		case resHour:
 			if r.st == nil {
 				continue
@@ -266,7 +268,7 @@ func (r *Reader) Read(ctx context.Context, q Query) (map[Key]*Series, error) {
 			if err != nil {
 				return nil, err
 			}
-			out.addGroups(g, p.step)
+			out.addGroups(g, p.step, own)
 		case resMinute:
 			if r.st == nil {
 				continue
@@ -299,29 +301,81 @@ func (r *Reader) Read(ctx context.Context, q Query) (map[Key]*Series, error) {
 	return out.groups, nil
 }
 
+// Hour merges the stored closed UTC hour [h, h+1h) as the alert
+// engine's baselines ask for it (an alert.Windows' Hour): its series
+// read once, every one apart, then selected and grouped per call, with
+// the sketch of q only. Of the many rules asking for the same hours,
+// each shape of selector and grouping reads nothing again.
+func (r *Reader) Hour(ctx context.Context, h time.Time, sel Selector, by []string, q Quantity) (map[string]*Group, error) {
+	h = h.UTC().Truncate(time.Hour)
+	out := map[string]*Group{}
+	if r.st == nil {
+		return out, nil
+	}
+	all := Query{From: h, To: h.Add(time.Hour), By: Labels}
+	series, err := r.cache.get(ctx, "h", h, &all, r.hourLoader(ctx, h))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range series {
+		if sel.match(s.key) {
+			addTo(out, s.key, by, s.stats, q)
+		}
+	}
+	return out, nil
+}
+
 // answer is a query's groups as they are merged.
 type answer struct {
 	q      *Query
 	groups map[Key]*Series
+	// shared are the steps' Stats that are a cached period's own, taken
+	// as they are when the period is all a step holds so far (most steps
+	// of an hour or a day): copied before anything is merged into them.
+	shared map[*Stats]bool
 }
 
-// slot is the Stats of k's group in step i, made on first use.
-func (a *answer) slot(k Key, i int) *Stats {
+// series is k's group, made on first use.
+func (a *answer) series(k Key) *Series {
 	gk := project(k, a.q.By)
 	g := a.groups[gk]
 	if g == nil {
 		g = &Series{Key: gk, Steps: make([]*Stats, len(a.q.Steps))}
 		a.groups[gk] = g
 	}
-	if g.Steps[i] == nil {
-		g.Steps[i] = &Stats{}
-	}
-	return g.Steps[i]
+	return g
 }
 
-func (a *answer) addGroups(gs []periodGroup, i int) {
-	for _, g := range gs {
-		a.slot(g.key, i).Merge(g.stats)
+// slot is the Stats of k's group in step i, made on first use, to merge
+// into.
+func (a *answer) slot(k Key, i int) *Stats {
+	g := a.series(k)
+	s := g.Steps[i]
+	switch {
+	case s == nil:
+		s = &Stats{}
+		g.Steps[i] = s
+	case a.shared[s]:
+		c := &Stats{}
+		c.Merge(s)
+		delete(a.shared, s)
+		g.Steps[i], s = c, c
+	}
+	return s
+}
+
+// addGroups merges a stored period's groups into step i; own says they
+// are this answer's to keep (not cached), else they are shared.
+func (a *answer) addGroups(gs []periodGroup, i int, own bool) {
+	for _, pg := range gs {
+		if g := a.series(pg.key); g.Steps[i] == nil {
+			g.Steps[i] = pg.stats
+			if !own {
+				a.shared[pg.stats] = true
+			}
+			continue
+		}
+		a.slot(pg.key, i).Merge(pg.stats)
 	}
 }
 
