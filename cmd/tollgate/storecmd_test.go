@@ -57,7 +57,7 @@ func movedLedger(t *testing.T) string {
 	retry := storetest.Record(1000)
 	retry.RequestID, retry.Attempt, retry.Retries = "req-001000-2", 2, 1
 	recs = append(recs, storetest.Record(1000), retry, storetest.Filled())
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"req-000010", "req-000011", "req-000015"} {
@@ -450,7 +450,7 @@ func BenchmarkStoreCopyClickHouse(b *testing.B) {
 				r.Timeline = nil
 			}
 		}
-		if err := st.Insert(ctx, recs); err != nil {
+		if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 			b.Fatal(err)
 		}
 	}

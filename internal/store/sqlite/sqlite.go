@@ -193,8 +193,10 @@ func (s *Store) Close() error {
 
 // Insert writes recs in one transaction. A Record already stored (same
 // RequestID) is skipped, so replaying a batch after a failed commit or a
-// crash never counts a request twice.
-func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+// crash never counts a request twice. That costs no read, so
+// b.FirstDelivery changes nothing here.
+func (s *Store) Insert(ctx context.Context, b store.Batch) error {
+	recs := b.Records
 	if len(recs) == 0 {
 		return nil
 	}
