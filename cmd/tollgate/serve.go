@@ -45,7 +45,7 @@ import (
 // each day (with Redis: the first time its day key is missing), so a
 // restart does not reset quotas (and preloadQuotas reads it for every
 // configured scope at start, in process). reg and log may be nil.
-func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
+func newLimiter(cfg *config.Config, a store.Reports, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
 		return nil, err
@@ -109,7 +109,7 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 
 // quotaDaySeed reads today's usage of every subject of a kind from the
 // ledger's rollups in one query, for quota.Local.Preload.
-func quotaDaySeed(a store.Analytics) quota.DaySeedFunc {
+func quotaDaySeed(a store.Reports) quota.DaySeedFunc {
 	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
 	return func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {
 		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), GroupBy: []store.Dim{dims[k]},
@@ -132,11 +132,8 @@ func quotaDaySeed(a store.Analytics) quota.DaySeedFunc {
 // background, so that the budget-burn view is right after a restart before
 // each scope's first request. Requests do not wait for it: one whose scope
 // is not loaded yet seeds that scope itself, as without a preload.
-func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Analytics, log *slog.Logger) {
-	// quota.Local and redisquota.Limiter both preload.
-	ql, ok := l.(interface {
-		Preload(context.Context, quota.DaySeedFunc) error
-	})
+func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Reports, log *slog.Logger) {
+	ql, ok := l.(quota.Preloader)
 	if !ok {
 		return
 	}
@@ -218,7 +215,7 @@ func retention(r config.Retention) store.Retention {
 
 // scrapeEngines reads each upstream's own /metrics into time series for
 // the diagnostics view, off the request path.
-func scrapeEngines(ctx context.Context, cfg *config.Config, a store.Analytics, log *slog.Logger, reg prometheus.Registerer) {
+func scrapeEngines(ctx context.Context, cfg *config.Config, a store.EngineLog, log *slog.Logger, reg prometheus.Registerer) {
 	var targets []scrape.Target
 	for _, u := range cfg.Upstreams {
 		if !scrape.Scrapable(u.Engine) {
@@ -247,7 +244,7 @@ func scrapeEngines(ctx context.Context, cfg *config.Config, a store.Analytics, l
 
 // prune enforces the retention hourly, starting a minute after start-up so
 // it never competes with a burst of start-up traffic.
-func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.Logger) {
+func prune(ctx context.Context, a store.Pruner, r store.Retention, log *slog.Logger) {
 	repeat(ctx, func() time.Duration {
 		n, err := a.Prune(ctx, time.Now(), r)
 		switch {
@@ -260,14 +257,9 @@ func prune(ctx context.Context, a store.Analytics, r store.Retention, log *slog.
 	})
 }
 
-// roller is a store whose rollups are recomputed by a pass (ClickHouse).
-type roller interface {
-	RollUp(ctx context.Context) error
-}
-
 // rollUp runs the store's roll-up pass a minute after the previous one
 // ended.
-func rollUp(ctx context.Context, r roller, log *slog.Logger) {
+func rollUp(ctx context.Context, r store.RollUpper, log *slog.Logger) {
 	repeat(ctx, func() time.Duration {
 		if err := r.RollUp(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("roll-up pass failed", "err", err)
@@ -540,14 +532,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// requests, written by the gateway's worker off the request path into
 	// a table of its own, pruned by capture.retention, read by admin
 	// tokens only.
-	capStore, _ := st.(store.Captures)
 	var captureSink func(context.Context, []*capture.Capture) error
 	if cfg.Capture.Enabled {
-		if capStore == nil {
-			stopWriter()
-			return fmt.Errorf("capture.enabled: store.backend %s keeps no captures", cfg.Store.Backend)
-		}
-		captureSink = capStore.AddCaptures
+		captureSink = st.AddCaptures
 		log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
 			"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
 	}
@@ -585,7 +572,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	defer cancelBase(nil)
 	// JSON API beside the proxy, and the retention pruner.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: activeAlerts(alerts, lease, fleetState), Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: capStore}
+		Alerts: activeAlerts(alerts, lease, fleetState), Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: st}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -604,13 +591,13 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	defer stopPrune()
 	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
-	if r, ok := st.(roller); ok {
+	if r, ok := st.(store.RollUpper); ok {
 		// ClickHouse recomputes its rollups in a pass (Report runs one
 		// first); running it every minute keeps that pass short.
 		go rollUp(pruneCtx, r, log.With("component", "rollup"))
 	}
-	if capStore != nil && cfg.Capture.Retention > 0 {
-		go pruneCaptures(pruneCtx, capStore, cfg.Capture.Retention, log.With("component", "capture"))
+	if cfg.Capture.Retention > 0 {
+		go pruneCaptures(pruneCtx, st, cfg.Capture.Retention, log.With("component", "capture"))
 	}
 	if len(cfg.GPUHours) > 0 {
 		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))

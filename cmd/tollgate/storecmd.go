@@ -326,7 +326,7 @@ func parseRecordLine(b []byte) (*record.Record, error) {
 
 // total is how many ledger rows src holds, from its rollups (cheap), or 0
 // when it cannot tell; only progress uses it.
-func total(ctx context.Context, src store.Analytics) int64 {
+func total(ctx context.Context, src store.Reports) int64 {
 	rows, err := src.Report(ctx, store.ReportQuery{Measures: []string{"requests"}})
 	if err != nil {
 		return 0

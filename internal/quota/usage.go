@@ -39,6 +39,15 @@ type UsageReader interface {
 	Usage(now time.Time) []ScopeUsage
 }
 
+// Preloader is a limiter that loads today's recorded usage of every
+// scope at start (Local and redisquota.Limiter). It is optional by
+// design: a limiter that keeps no daily counters has nothing to load.
+type Preloader interface {
+	Preload(ctx context.Context, all DaySeedFunc) error
+}
+
+var _ Preloader = (*Local)(nil)
+
 // Reader returns l's UsageReader, or nil when l is nil or cannot report.
 func Reader(l Limiter) UsageReader {
 	if r, ok := l.(UsageReader); ok {

@@ -51,7 +51,7 @@ type Store struct {
 	loc *time.Location
 }
 
-var _ store.Analytics = (*Store)(nil)
+var _ store.Backend = (*Store)(nil)
 
 // Option configures Open.
 type Option func(*Store)
