@@ -90,7 +90,7 @@ func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	// A non-streamed answer's TPOT comes from the engine's decode time.
 	sets := []string{"engine_timing = ?", "tpot_ns = ?"}
-	args := []any{engineJSON(nr.EngineTiming), optNS(nr.Derived.TPOT)}
+	args := []any{mustColumn("engine_timing").val(&nr), mustColumn("tpot_ns").val(&nr)}
 	for _, n := range record.SegmentNames {
 		sets = append(sets, "seg_"+n+"_ns = ?")
 		args = append(args, int64(nr.Derived.Segments.Get(n)))

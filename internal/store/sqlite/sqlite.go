@@ -352,15 +352,11 @@ func (s *Store) query(ctx context.Context, q string, withTimeline bool, args ...
 	)
 	for rows.Next() {
 		r := new(record.Record)
-		var sc scratch
-		dsts = scanDests(dsts[:0], r, &sc)
+		dsts = scanDests(dsts[:0], r)
 		if withTimeline {
 			dsts = append(dsts, &timeline)
 		}
 		if err := rows.Scan(dsts...); err != nil {
-			return nil, err
-		}
-		if err := sc.apply(r); err != nil {
 			return nil, err
 		}
 		if withTimeline && timeline.Valid {
