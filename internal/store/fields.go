@@ -163,10 +163,6 @@ func (f Field) Column() string {
 	return f.Name
 }
 
-// Read reports whether the field is read back into a Record (derived
-// figures are not).
-func (f Field) Read() bool { return f.Kind != KindDerived && f.Kind != KindOptDerived }
-
 func str(name string, get func(*record.Record) *string) Field {
 	return Field{Name: name, Kind: KindString, Get: get}
 }
