@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/report"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // runRerate re-rates history after a price change: token prices for most
@@ -50,7 +51,7 @@ func runRerate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// The ledger is the config's store (ClickHouse for a fleet) unless
 	// --db names a SQLite file.
-	var st ledgerStore
+	var st store.Backend
 	if *db == "" && cfg.Store.Backend == "clickhouse" {
 		st, err = openStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	} else {

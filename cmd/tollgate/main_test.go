@@ -214,7 +214,7 @@ func TestRequestsCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := storetest.Records(0, 5)
-	if err := st.Insert(context.Background(), recs); err != nil {
+	if err := st.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -311,7 +311,7 @@ func TestRerateAndReconcileCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := storetest.Records(0, 4) // 2025-03-14, models model-0 and model-1
-	if err := st.Insert(context.Background(), recs); err != nil {
+	if err := st.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

@@ -61,8 +61,8 @@ quotas:
 	if now.Add(time.Minute).Day() != now.Day() {
 		t.Skip("a minute before midnight UTC: today's rows would be yesterday's by the time the limiter reads them")
 	}
-	if err := st.Insert(ctx, []*record.Record{{RequestID: "a1", UserID: "alice", Model: "m", Arrival: now, Status: 200,
-		Usage: record.Usage{InputTokens: 200, OutputTokens: 100}}}); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: []*record.Record{{RequestID: "a1", UserID: "alice", Model: "m", Arrival: now, Status: 200,
+		Usage: record.Usage{InputTokens: 200, OutputTokens: 100}}}}); err != nil {
 		t.Fatal(err)
 	}
 

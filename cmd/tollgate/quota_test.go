@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
@@ -63,7 +64,7 @@ quotas:
 		rec("c1", "carol", "search", today, 1000, 400, 20_000_000),
 		rec("a0", "alice", "search", now.AddDate(0, 0, -1), 9000, 9000, 900_000_000),
 	}
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 

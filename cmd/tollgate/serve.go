@@ -47,7 +47,7 @@ import (
 // each day (with Redis: the first time its day key is missing), so a
 // restart does not reset quotas (and preloadQuotas reads it for every
 // configured scope at start, in process). reg and log may be nil.
-func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
+func newLimiter(cfg *config.Config, a store.Reports, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func newLimiter(cfg *config.Config, a store.Analytics, events *store.EventWriter
 
 // quotaDaySeed reads today's usage of every subject of a kind from the
 // ledger's rollups in one query, for quota.Local.Preload.
-func quotaDaySeed(a store.Analytics) quota.DaySeedFunc {
+func quotaDaySeed(a store.Reports) quota.DaySeedFunc {
 	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
 	return func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {
 		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), GroupBy: []store.Dim{dims[k]},
@@ -239,7 +239,7 @@ const (
 // serveOptions are serve's test hooks; the zero value is production.
 type serveOptions struct {
 	// wrapStore wraps the store serve opens, to watch how it is used.
-	wrapStore func(ledgerStore) ledgerStore
+	wrapStore func(store.Backend) store.Backend
 	// firstPass is when the background jobs' first pass runs: a minute
 	// after start when zero, so it never competes with start-up traffic.
 	firstPass time.Duration
@@ -318,8 +318,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	if c, ok := limiter.(io.Closer); ok {
 		bg.Defer(func() { _ = c.Close() })
 	}
-	capStore, _ := st.(store.Captures)
-	startJobs(bg, cfg, st, capStore, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
+	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
 	gwMetrics := metrics.New(reg, labels)
 	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
 	if err != nil {
@@ -336,10 +335,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		// says its engine timing is pending.
 		joiner = nil
 	}
-	captureSink, err := captureSink(cfg, capStore, log)
-	if err != nil {
-		return err
-	}
+	captureSink := captureSink(cfg, st, log)
 	// Gateway: the proxy. Every finished Record goes to the ledger first
 	// (its Sink), then to the observers in flow order.
 	gw, err := gateway.New(gateway.Options{
@@ -368,7 +364,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	}
 	// JSON API beside the proxy.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: capStore}
+		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: st}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -497,7 +493,7 @@ func (a *alerting) active() func() []alert.Alert {
 }
 
 // startAlerting builds the alerting block and runs it in stage.
-func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, st ledgerStore, labels *label.Bounds, events *store.EventWriter,
+func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, st store.Backend, labels *label.Bounds, events *store.EventWriter,
 	reg *prometheus.Registry, log *slog.Logger) (*alerting, error) {
 	wcfg := window.Config{Labels: labels}
 	if cfg.Replicas.Enabled() {
@@ -559,7 +555,7 @@ func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Conf
 
 // startJobs runs the background jobs that maintain the store or read it,
 // each from the package that owns it; their first pass comes after first.
-func startJobs(stage *lifecycle.Stage, cfg *config.Config, st ledgerStore, capStore store.Captures, prices *cost.Table, limiter quota.Limiter,
+func startJobs(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, prices *cost.Table, limiter quota.Limiter,
 	reg prometheus.Registerer, log *slog.Logger, first time.Duration) {
 	stage.Go("retention", func(ctx context.Context) error {
 		return store.RunRetention(ctx, st, retention(cfg.Store.Retention), first, log.With("component", "retention"))
@@ -569,9 +565,9 @@ func startJobs(stage *lifecycle.Stage, cfg *config.Config, st ledgerStore, capSt
 			return store.RunRollUps(ctx, r, first, log.With("component", "rollup"))
 		})
 	}
-	if capStore != nil && cfg.Capture.Retention > 0 {
+	if cfg.Capture.Retention > 0 {
 		stage.Go("capture-retention", func(ctx context.Context) error {
-			return store.RunCaptureRetention(ctx, capStore, cfg.Capture.Retention, first, log.With("component", "capture"))
+			return store.RunCaptureRetention(ctx, st, cfg.Capture.Retention, first, log.With("component", "capture"))
 		})
 	}
 	if len(cfg.GPUHours) > 0 {
@@ -621,16 +617,13 @@ func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Co
 // off by default): the redacted text of slow or failed requests, in a
 // table of their own, pruned by capture.retention, read by admin tokens
 // only. nil when capture is off.
-func captureSink(cfg *config.Config, capStore store.Captures, log *slog.Logger) (func(context.Context, []*capture.Capture) error, error) {
+func captureSink(cfg *config.Config, capStore store.Captures, log *slog.Logger) func(context.Context, []*capture.Capture) error {
 	if !cfg.Capture.Enabled {
-		return nil, nil
-	}
-	if capStore == nil {
-		return nil, fmt.Errorf("capture.enabled: store.backend %s keeps no captures", cfg.Store.Backend)
+		return nil
 	}
 	log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
 		"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
-	return capStore.AddCaptures, nil
+	return capStore.AddCaptures
 }
 
 // registerStoreConnected exports tollgate_store_connected.

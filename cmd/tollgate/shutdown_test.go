@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
@@ -58,9 +57,9 @@ func (g *closeGuard) Prune(ctx context.Context, now time.Time, r store.Retention
 	return 0, ctx.Err()
 }
 
-func (g *closeGuard) Insert(ctx context.Context, recs []*record.Record) error {
+func (g *closeGuard) Insert(ctx context.Context, b store.Batch) error {
 	defer g.enter("Insert")()
-	return g.Store.Insert(ctx, recs)
+	return g.Store.Insert(ctx, b)
 }
 
 func (g *closeGuard) AddEvents(ctx context.Context, evs []store.Event) error {
@@ -105,7 +104,7 @@ func TestShutdownOrder(t *testing.T) {
 	cfg := shutdownConfig(t, up, 5*time.Second)
 	guard := &closeGuard{inflight: map[string]int{}, pruning: make(chan struct{}), closing: make(chan struct{})}
 	opts := serveOptions{
-		wrapStore: func(st ledgerStore) ledgerStore {
+		wrapStore: func(st store.Backend) store.Backend {
 			guard.Store = st.(*sqlite.Store)
 			return guard
 		},

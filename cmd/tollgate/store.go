@@ -15,17 +15,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
-// ledgerStore is what serve needs of a store: the ledger and its
-// analytics. Everything downstream takes these interfaces.
-type ledgerStore interface {
-	store.Store
-	store.Analytics
-}
-
 // openStore opens the store that store.backend names, with store.timezone
 // as its report time zone. A ClickHouse server that does not answer fails
 // it: what a command that reads the ledger wants.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Backend, error) {
 	return openStoreIn(ctx, cfg, cfg.Location(), false, log)
 }
 
@@ -33,20 +26,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledge
 // answer does not stop serve from starting. The store connects in the
 // background (its calls fail with store.ErrNotConnected until then) and
 // the write-ahead queue keeps the Records meanwhile.
-func openServeStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (ledgerStore, error) {
+func openServeStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Backend, error) {
 	return openStoreIn(ctx, cfg, cfg.Location(), true, log)
-}
-
-// connector is a store that may connect after it was opened (ClickHouse
-// opened by serve during an outage): Connected is nil once it has.
-type connector interface {
-	Connected() error
 }
 
 // storeConnected is nil when st is connected: always for a store that
 // connects at open (SQLite).
 func storeConnected(st store.Store) error {
-	if c, ok := st.(connector); ok {
+	if c, ok := st.(store.Connector); ok {
 		return c.Connected()
 	}
 	return nil
@@ -57,7 +44,7 @@ func storeConnected(st store.Store) error {
 // server does not answer. ClickHouse's rollup zone stays store.timezone
 // whatever loc is: the rollups are shared by the fleet, and a one-off
 // report on an empty database must not fix the zone they are cut in.
-func openStoreIn(ctx context.Context, cfg *config.Config, loc *time.Location, background bool, log *slog.Logger) (ledgerStore, error) {
+func openStoreIn(ctx context.Context, cfg *config.Config, loc *time.Location, background bool, log *slog.Logger) (store.Backend, error) {
 	switch cfg.Store.Backend {
 	case "clickhouse":
 		ch := cfg.Store.ClickHouse
@@ -120,7 +107,7 @@ func (l *ledgerFlags) set(name string) bool {
 // open opens the ledger. An existing SQLite file is required unless create
 // is set: a mistyped path must not read as an empty ledger. A non-nil loc
 // overrides the report time zone (store.timezone with --config, else UTC).
-func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool) (ledgerStore, error) {
+func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool) (store.Backend, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	if l.config == "" {
 		if loc == nil {
@@ -151,7 +138,7 @@ func (l *ledgerFlags) open(ctx context.Context, loc *time.Location, create bool)
 	return openStoreIn(ctx, cfg, loc, false, quiet)
 }
 
-func openSQLite(ctx context.Context, path string, loc *time.Location, create bool, hint string) (ledgerStore, error) {
+func openSQLite(ctx context.Context, path string, loc *time.Location, create bool, hint string) (store.Backend, error) {
 	if !create {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("no ledger at %s (start \"tollgate serve\" or \"tollgate demo\" first, or %s)", path, hint)

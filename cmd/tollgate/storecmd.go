@@ -173,7 +173,7 @@ func runStoreCopy(ctx context.Context, args []string, stderr io.Writer) error {
 func copyLedger(ctx context.Context, src, dst store.Store, batch int, p *progress) (int, error) {
 	n := 0
 	err := eachPage(ctx, src, batch, func(recs []*record.Record) error {
-		if err := dst.Insert(ctx, recs); err != nil {
+		if err := dst.Insert(ctx, store.Batch{Records: recs}); err != nil {
 			return err
 		}
 		n += len(recs)
@@ -268,7 +268,7 @@ func importJSONL(ctx context.Context, dst store.Store, r io.Reader, batch int, p
 		if len(recs) == 0 {
 			return nil
 		}
-		if err := dst.Insert(ctx, recs); err != nil {
+		if err := dst.Insert(ctx, store.Batch{Records: recs}); err != nil {
 			return fmt.Errorf("lines %d–%d: %w", line-len(recs)+1, line, err)
 		}
 		written += len(recs)
@@ -326,7 +326,7 @@ func parseRecordLine(b []byte) (*record.Record, error) {
 
 // total is how many ledger rows src holds, from its rollups (cheap), or 0
 // when it cannot tell; only progress uses it.
-func total(ctx context.Context, src store.Analytics) int64 {
+func total(ctx context.Context, src store.Reports) int64 {
 	rows, err := src.Report(ctx, store.ReportQuery{Measures: []string{"requests"}})
 	if err != nil {
 		return 0

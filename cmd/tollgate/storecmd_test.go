@@ -57,7 +57,7 @@ func movedLedger(t *testing.T) string {
 	retry := storetest.Record(1000)
 	retry.RequestID, retry.Attempt, retry.Retries = "req-001000-2", 2, 1
 	recs = append(recs, storetest.Record(1000), retry, storetest.Filled())
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"req-000010", "req-000011", "req-000015"} {
@@ -103,7 +103,7 @@ func movedLedger(t *testing.T) string {
 // timelines and amendments (a sample of them: each is a query), and the
 // reports' totals by day, model and user are equal. viaJSON: the JSON form
 // writes an unset usage source as "none", which means the same.
-func sameLedger(t *testing.T, src, dst ledgerStore, viaJSON bool) {
+func sameLedger(t *testing.T, src, dst store.Backend, viaJSON bool) {
 	t.Helper()
 	ctx := context.Background()
 	norm := func(recs []*record.Record) []*record.Record {
@@ -181,7 +181,7 @@ func sameLedger(t *testing.T, src, dst ledgerStore, viaJSON bool) {
 
 // sameAnalytics checks that dst holds src's events, windows and engine
 // samples, as many times each as src does.
-func sameAnalytics(t *testing.T, src, dst ledgerStore) {
+func sameAnalytics(t *testing.T, src, dst store.Backend) {
 	t.Helper()
 	ctx := context.Background()
 	from, to := storetest.Base.Add(-48*time.Hour), storetest.Base.Add(48*time.Hour)
@@ -450,7 +450,7 @@ func BenchmarkStoreCopyClickHouse(b *testing.B) {
 				r.Timeline = nil
 			}
 		}
-		if err := st.Insert(ctx, recs); err != nil {
+		if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 			b.Fatal(err)
 		}
 	}

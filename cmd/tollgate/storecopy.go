@@ -39,7 +39,7 @@ type copied struct{ events, minutes, hours, days, samples int }
 // at most 1440 rows per series.
 const copySpan = 24 * time.Hour
 
-func copyAnalytics(ctx context.Context, src, dst store.Analytics, from, to time.Time) (copied, error) {
+func copyAnalytics(ctx context.Context, src, dst store.Backend, from, to time.Time) (copied, error) {
 	var c copied
 	var err error
 	if c.events, err = copyEvents(ctx, src, dst, from); err != nil {
@@ -123,7 +123,7 @@ func missing[T any](src, dst []T, key func(T) string) []T {
 
 // copyDays writes each closed day starting in [from, to) that the
 // destination does not have; AddWindowDay itself refuses a day twice.
-func copyDays(ctx context.Context, src, dst store.Analytics, from, to time.Time) (int, error) {
+func copyDays(ctx context.Context, src, dst store.WindowLog, from, to time.Time) (int, error) {
 	rows, err := src.WindowDays(ctx, from, to)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -153,7 +153,7 @@ func copyDays(ctx context.Context, src, dst store.Analytics, from, to time.Time)
 
 // copyEvents adds the events since from that the destination lacks.
 // Events are few (notices, not requests), so they are read whole.
-func copyEvents(ctx context.Context, src, dst store.Analytics, from time.Time) (int, error) {
+func copyEvents(ctx context.Context, src, dst store.EventLog, from time.Time) (int, error) {
 	evs, err := src.Events(ctx, from, "", math.MaxInt32)
 	if err != nil || len(evs) == 0 {
 		return 0, err

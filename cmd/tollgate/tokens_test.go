@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/sim"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 	"github.com/tollgate-dev/tollgate/internal/tokenizer"
@@ -178,7 +179,7 @@ func TestUnknownInputShown(t *testing.T) {
 	unknown, known := recs[0], recs[1]
 	unknown.Usage = record.Usage{OutputTokens: 7, Source: record.SourceChunks}
 	known.Usage = record.Usage{InputTokens: 31, OutputTokens: 7, Source: record.SourceEngine}
-	if err := st.Insert(context.Background(), recs); err != nil {
+	if err := st.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

@@ -19,9 +19,11 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// Ledger is what billing needs from a store.
+// Ledger is what billing needs from a store: rollups to read (ledger
+// lines) and rows to re-price.
 type Ledger interface {
-	store.Analytics
+	store.Reports
+	store.Rerater
 }
 
 // Rerate re-rates the rows of [from, to) with the table's token prices;

@@ -57,7 +57,7 @@ func rec(upstream, model string, at time.Time, in, cached, out int64) *record.Re
 
 func insert(t *testing.T, s *sqlite.Store, recs ...*record.Record) {
 	t.Helper()
-	if err := s.Insert(context.Background(), recs); err != nil {
+	if err := s.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -59,7 +59,7 @@ type Config struct {
 // timings that arrive after them.
 type Store interface {
 	store.Store
-	SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error
+	store.Amender
 }
 
 // Ledger takes finished Records to the store. Append and Amend are safe

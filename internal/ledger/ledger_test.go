@@ -218,20 +218,20 @@ func TestLedgerReadsBothQueueForms(t *testing.T) {
 }
 
 // deliveries is a Store that notes, per inserted RequestID, whether its
-// batch came marked store.FirstDelivery, and stores into the real one.
+// batch came marked store.Batch.FirstDelivery, and stores into the real one.
 type deliveries struct {
 	*sqlite.Store
 	mu    sync.Mutex
 	first map[string]bool
 }
 
-func (d *deliveries) Insert(ctx context.Context, recs []*record.Record) error {
+func (d *deliveries) Insert(ctx context.Context, b store.Batch) error {
 	d.mu.Lock()
-	for _, r := range recs {
-		d.first[r.RequestID] = store.IsFirstDelivery(ctx)
+	for _, r := range b.Records {
+		d.first[r.RequestID] = b.FirstDelivery
 	}
 	d.mu.Unlock()
-	return d.Store.Insert(ctx, recs)
+	return d.Store.Insert(ctx, b)
 }
 
 // TestRequeuedAreNotFirstDeliveries: Records queued again after the queue

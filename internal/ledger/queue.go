@@ -168,29 +168,25 @@ func (r *queueRun) start(l *queueLedger) {
 }
 
 // shipper is the sink of one queue run.
-func (l *queueLedger) shipper(run *queueRun) func(ctx context.Context, payloads [][]byte) error {
+func (l *queueLedger) shipper(run *queueRun) func(ctx context.Context, b wal.Batch) error {
 	st, held := l.st, run.held
-	return func(ctx context.Context, payloads [][]byte) error {
+	return func(ctx context.Context, b wal.Batch) error {
 		// In queue order: Records in batches, an amendment after the
 		// Records before it. Replays are harmless (idempotent inserts,
 		// amendments that set the same values again).
-		recs := make([]*record.Record, 0, len(payloads))
-		first, seqs := wal.BatchFirst(ctx)
+		payloads, first := b.Payloads, b.First
 		// Records queued again after a failed queue may be on its disk
 		// too (a write that completed before its fsync failed), which
 		// Open recovered and the store may have: not first deliveries.
-		if !wal.Redelivery(ctx) && seqs && first > run.requeued.Load() {
-			ctx = store.FirstDelivery(ctx)
-		}
+		out := store.Batch{Records: make([]*record.Record, 0, len(payloads)),
+			FirstDelivery: !b.Redelivery && first > run.requeued.Load()}
 		for i, p := range payloads {
-			if seqs {
-				// The Records this process appended are handed on as
-				// they are rather than decoded from the queue's copy
-				// (the JSON round trip was a third of the ledger's CPU).
-				if r := held.get(first + uint64(i)); r != nil {
-					recs = append(recs, r)
-					continue
-				}
+			// The Records this process appended are handed on as they
+			// are rather than decoded from the queue's copy (the JSON
+			// round trip was a third of the ledger's CPU).
+			if r := held.get(first + uint64(i)); r != nil {
+				out.Records = append(out.Records, r)
+				continue
 			}
 			if bytes.HasPrefix(p, amendPrefix) {
 				var a amendment
@@ -198,10 +194,10 @@ func (l *queueLedger) shipper(run *queueRun) func(ctx context.Context, payloads 
 					l.log.Error("undecodable amendment in the queue; skipped", "err", err)
 					continue
 				}
-				if err := st.Insert(ctx, recs); err != nil {
+				if err := st.Insert(ctx, out); err != nil {
 					return err
 				}
-				recs = recs[:0]
+				out.Records = out.Records[:0]
 				if err := st.SetEngineTiming(ctx, a.RequestID, a.EngineTiming); err != nil {
 					return err
 				}
@@ -214,14 +210,12 @@ func (l *queueLedger) shipper(run *queueRun) func(ctx context.Context, payloads 
 				l.log.Error("undecodable record in the queue; skipped", "err", err, "bytes", len(p))
 				continue
 			}
-			recs = append(recs, r)
+			out.Records = append(out.Records, r)
 		}
-		if err := st.Insert(ctx, recs); err != nil {
+		if err := st.Insert(ctx, out); err != nil {
 			return err // retried with the same batch: held records stay
 		}
-		if seqs {
-			held.drop(first, first+uint64(len(payloads)))
-		}
+		held.drop(first, first+uint64(len(payloads)))
 		return nil
 	}
 }
@@ -439,7 +433,7 @@ func (l *queueLedger) flushSpill() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := l.st.Insert(ctx, recs); err != nil {
+	if err := l.st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		l.spill.dropped.Add(uint64(len(recs)))
 		l.log.Error("records held in memory lost at shutdown: the queue could not be reopened and the store refused them",
 			"records", len(recs), "err", err)

@@ -48,7 +48,7 @@ func TestDiagnose(t *testing.T) {
 		r.Finish()
 		recs = append(recs, r)
 	}
-	if err := s.Insert(context.Background(), recs); err != nil {
+	if err := s.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	results, err := Diagnose(context.Background(), s, t0, now, store.Filter{}, 1000)

@@ -57,7 +57,7 @@ func seed(t *testing.T, reqs []req) *sqlite.Store {
 		r.Finish()
 		recs = append(recs, r)
 	}
-	if err := s.Insert(context.Background(), recs); err != nil {
+	if err := s.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	return s

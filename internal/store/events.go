@@ -11,14 +11,14 @@ import (
 // never blocks: when the buffer is full an event is dropped and counted,
 // since an event is a notice, not a bill.
 type EventWriter struct {
-	a       Analytics
+	a       EventLog
 	log     *slog.Logger
 	ch      chan Event
 	dropped atomic.Int64
 }
 
 // NewEventWriter returns a writer with room for size pending events.
-func NewEventWriter(a Analytics, size int, log *slog.Logger) *EventWriter {
+func NewEventWriter(a EventLog, size int, log *slog.Logger) *EventWriter {
 	return &EventWriter{a: a, log: log, ch: make(chan Event, size)}
 }
 

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -283,57 +282,6 @@ type Retention struct {
 	Events   time.Duration
 	Captures time.Duration
 	Engine   time.Duration // engine metric samples
-}
-
-// Analytics is what reports, quotas and retention need from a store
-// beyond the ledger itself. Every backend implements it and passes the
-// conformance suite.
-type Analytics interface {
-	// Report sums rollups; it never scans the ledger.
-	Report(ctx context.Context, q ReportQuery) ([]ReportRow, error)
-	// Prompts returns prompts seen at least minCount times in [from, to),
-	// most requests first.
-	Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]PromptRow, error)
-	// Rerate recomputes the cost of ledger rows that arrived in [from, to)
-	// with rate, updating the rows and their rollups together; it returns
-	// how many rows changed.
-	Rerate(ctx context.Context, from, to time.Time, rate func(*record.Record) record.Cost) (int, error)
-	// AddEvents stores events; Events lists them newest first.
-	AddEvents(ctx context.Context, evs []Event) error
-	Events(ctx context.Context, since time.Time, kind string, limit int) ([]Event, error)
-	// Prune deletes what the retention says is too old at now.
-	Prune(ctx context.Context, now time.Time, r Retention) (int64, error)
-	// SetEngineTiming amends a stored request with what its engine
-	// reported after it ended (a vLLM span arrives seconds later): the
-	// segments are recomputed and the rollups move with them. A request
-	// not (or no longer) stored is ignored.
-	SetEngineTiming(ctx context.Context, requestID string, et record.EngineTiming) error
-	// AddEngineSamples stores engines' own gauges as time series;
-	// EngineSamples reads them back, oldest first ("" = every upstream).
-	AddEngineSamples(ctx context.Context, ss []EngineSample) error
-	EngineSamples(ctx context.Context, from, to time.Time, upstream string) ([]EngineSample, error)
-	// AddWindowMinutes appends the alerting windows' closed minutes;
-	// WindowMinutes reads those of [from, to) back. Rows are appended,
-	// never merged: several replicas may each write the same minute, and
-	// readers add them up.
-	AddWindowMinutes(ctx context.Context, ms []WindowMinute) error
-	WindowMinutes(ctx context.Context, from, to time.Time) ([]WindowMinute, error)
-	// AddWindowHours appends closed hours of the alerting windows, each
-	// the merge of one writer's 60 minutes of a series (written only once
-	// all of them were flushed); WindowHours reads those of [from, to)
-	// back. Appended like minutes: readers add up the rows of an hour and
-	// fall back to its minutes when it has none. Pruned by Retention.Hour.
-	AddWindowHours(ctx context.Context, hs []WindowHour) error
-	WindowHours(ctx context.Context, from, to time.Time) ([]WindowHour, error)
-	// AddWindowDay writes the closed local day [start, end) of the
-	// alerting windows merged, one row per series, unless that day has
-	// rows already (then it writes nothing and answers false): one
-	// compactor wins, however many replicas try. A day with no traffic
-	// is written as one empty row, so that readers know it is done.
-	// WindowDays reads the rows of the days starting in [from, to).
-	// Pruned by Retention.Day.
-	AddWindowDay(ctx context.Context, start, end time.Time, rows []WindowDay) (bool, error)
-	WindowDays(ctx context.Context, from, to time.Time) ([]WindowDay, error)
 }
 
 // WindowDay is one closed local day of one series of the alerting

@@ -20,14 +20,15 @@ import (
 // Every Record gets a ledger row (every request, failed and cancelled too).
 // A Record with Sampled set also keeps its detail (the token timeline).
 type Store interface {
-	// Insert writes a batch in one transaction. The Records are finished:
-	// Finish ran after their last change (a backend may store the
-	// derived figures as they are). It is idempotent by
-	// RequestID: inserting a Record whose RequestID is already stored is a
-	// no-op for that Record (the first write wins), never a second row and
-	// never an error. Insert neither modifies the Records nor keeps recs
-	// after it returns: the Writer reuses the slice for its next batch.
-	Insert(ctx context.Context, recs []*record.Record) error
+	// Insert writes b.Records in one transaction. The Records are
+	// finished: Finish ran after their last change (a backend may store
+	// the derived figures as they are). It is idempotent by RequestID:
+	// inserting a Record whose RequestID is already stored is a no-op for
+	// that Record (the first write wins), never a second row and never an
+	// error — whatever b.FirstDelivery says. Insert neither modifies the
+	// Records nor keeps b.Records after it returns: the Writer reuses the
+	// slice for its next batch.
+	Insert(ctx context.Context, b Batch) error
 
 	// Requests returns ledger rows matching f, newest arrival first. It
 	// reads the ledger only, so no Record comes back with a Timeline, not
@@ -45,24 +46,21 @@ type Store interface {
 	Close() error
 }
 
-type firstDeliveryKey struct{}
-
-// FirstDelivery marks ctx for Insert: the caller vouches that no Record of
-// the batch was handed to any store before, by this process or an earlier
-// one — as the write-ahead queue's shipper knows of a batch it sends for
-// the first time (wal.Redelivery). A store whose idempotency costs a read
-// may skip that read then: ClickHouse's look-up of stored ids reads the
-// ids of the batch's whole days, and is what made its insert slower as a
-// day filled up. What reads show does not change: a RequestID that a
-// client sent twice still reads as its first write.
-func FirstDelivery(ctx context.Context) context.Context {
-	return context.WithValue(ctx, firstDeliveryKey{}, true)
-}
-
-// IsFirstDelivery reports whether ctx was marked by FirstDelivery.
-func IsFirstDelivery(ctx context.Context) bool {
-	v, _ := ctx.Value(firstDeliveryKey{}).(bool)
-	return v
+// Batch is what Insert writes: Records, and what the caller knows of
+// where they have been.
+type Batch struct {
+	Records []*record.Record
+	// FirstDelivery is the caller's word that no Record of the batch was
+	// handed to any store before, by this process or an earlier one — as
+	// the write-ahead queue's shipper knows of a batch it sends for the
+	// first time (wal.Batch.Redelivery false), or the Writer of its first
+	// attempt. A store whose idempotency costs a read may skip that read
+	// then: ClickHouse's look-up of stored ids reads the ids of the
+	// batch's whole days, and is what made its insert slower as a day
+	// filled up. What reads show does not change: a RequestID that a
+	// client sent twice still reads as its first write. The zero value
+	// (false: nothing is known) is always safe.
+	FirstDelivery bool
 }
 
 // Filter selects ledger rows. Zero fields do not filter.

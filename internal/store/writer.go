@@ -221,13 +221,13 @@ func (w *Writer) write(ctx context.Context, batch []*record.Record) bool {
 	// The first attempt is a first delivery: these Records came from
 	// Enqueue and no store has seen them. A retry may follow an INSERT
 	// that was written but whose answer was lost, so it is not.
-	ictx := FirstDelivery(ctx)
+	first := true
 	for {
-		err := w.insert(ictx, batch)
+		err := w.insert(ctx, Batch{Records: batch, FirstDelivery: first})
 		if err == nil {
 			return true
 		}
-		ictx = ctx
+		first = false
 		if ctx.Err() != nil {
 			return false
 		}
@@ -245,16 +245,16 @@ func (w *Writer) write(ctx context.Context, batch []*record.Record) bool {
 	}
 }
 
-func (w *Writer) insert(ctx context.Context, batch []*record.Record) error {
+func (w *Writer) insert(ctx context.Context, b Batch) error {
 	start := time.Now()
-	err := w.store.Insert(ctx, batch)
+	err := w.store.Insert(ctx, b)
 	w.m.batchDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.m.errors.Inc()
 		return err
 	}
-	w.m.batchSize.Observe(float64(len(batch)))
-	w.m.written.Add(float64(len(batch)))
+	w.m.batchSize.Observe(float64(len(b.Records)))
+	w.m.written.Add(float64(len(b.Records)))
 	return nil
 }
 
@@ -283,7 +283,7 @@ func (w *Writer) drain(ctx context.Context, batch []*record.Record, waiter chan 
 		if len(batch) == 0 {
 			return
 		}
-		if err := w.insert(dctx, batch); err != nil {
+		if err := w.insert(dctx, Batch{Records: batch}); err != nil {
 			lost += len(batch)
 			lastErr = err
 			w.m.droppedFailed.Add(float64(len(batch)))

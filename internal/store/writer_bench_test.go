@@ -13,7 +13,7 @@ import (
 // the queue rather than a database.
 type discard struct{ Store }
 
-func (discard) Insert(context.Context, []*record.Record) error { return nil }
+func (discard) Insert(context.Context, Batch) error { return nil }
 
 // BenchmarkEnqueue measures the gateway's side of the Writer. It lives in
 // package store so that it can empty the queue off the clock instead of

@@ -40,16 +40,17 @@ type call struct {
 	at    time.Time
 	ids   []string
 	err   error
-	first bool // marked store.FirstDelivery
+	first bool // marked store.Batch.FirstDelivery
 }
 
 var errInjected = errors.New("injected failure")
 
-func (f *faulty) Insert(ctx context.Context, recs []*record.Record) error {
+func (f *faulty) Insert(ctx context.Context, b store.Batch) error {
+	recs := b.Records
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
-	c := call{at: time.Now(), ids: ids(recs), first: store.IsFirstDelivery(ctx)}
+	c := call{at: time.Now(), ids: ids(recs), first: b.FirstDelivery}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -64,7 +65,7 @@ func (f *faulty) Insert(ctx context.Context, recs []*record.Record) error {
 	}
 	f.mu.Unlock()
 	if c.err == nil {
-		c.err = f.Store.Insert(ctx, recs)
+		c.err = f.Store.Insert(ctx, b)
 	}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)

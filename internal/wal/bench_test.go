@@ -34,7 +34,7 @@ func BenchmarkAppendWait(b *testing.B) {
 			}
 			defer w.Close()
 			go w.Run(context.Background())
-			go w.Ship(context.Background(), 512, 100*time.Millisecond, func(context.Context, [][]byte) error { return nil })
+			go w.Ship(context.Background(), 512, 100*time.Millisecond, func(context.Context, Batch) error { return nil })
 			start := w.Stats()
 
 			b.SetParallelism(bc.parallelism)

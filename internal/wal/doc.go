@@ -89,7 +89,7 @@
 // Sent file "sent": the same 12 bytes for the highest sequence number ever
 // handed to a sink, written in place and fsynced before the sink sees it.
 // After a restart, entries up to it may have reached the store and are
-// redeliveries (see Redelivery); those after it never reached a sink. A
+// redeliveries (see Batch.Redelivery); those after it never reached a sink. A
 // missing or unreadable sent file makes every entry Open finds a
 // redelivery.
 package wal

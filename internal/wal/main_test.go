@@ -85,7 +85,8 @@ func shipAll(t testing.TB, w *WAL) []string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var got []string
-	err := w.Ship(ctx, 1000, 0, func(_ context.Context, ps [][]byte) error {
+	err := w.Ship(ctx, 1000, 0, func(_ context.Context, b Batch) error {
+		ps := b.Payloads
 		for _, p := range ps {
 			got = append(got, string(p))
 		}

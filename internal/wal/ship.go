@@ -30,13 +30,13 @@ const (
 // doc) comes again, so sink must be idempotent (store.Insert is, by
 // request_id).
 //
-// sink gets a context that ends with ctx or Close, and must not keep the
-// payloads after it returns: their memory is reused. An error makes Ship
+// sink gets a context that ends with ctx or Close, and the batch, whose
+// payloads it must not keep after it returns: their memory is reused. An error makes Ship
 // retry the batch forever, so sink must not return one for a payload it
 // can never accept (undecodable, say): it should skip and count it. Ship
 // returns nil after the current sink call once stopped, or an error if a
 // committed entry no longer reads back intact.
-func (w *WAL) Ship(ctx context.Context, batchMax int, flushEvery time.Duration, sink func(ctx context.Context, payloads [][]byte) error) error {
+func (w *WAL) Ship(ctx context.Context, batchMax int, flushEvery time.Duration, sink func(ctx context.Context, b Batch) error) error {
 	if batchMax <= 0 || sink == nil {
 		return errors.New("wal: Ship needs batchMax > 0 and a sink")
 	}
@@ -199,39 +199,29 @@ func (s *shipper) closeReader() {
 	}
 }
 
-// batch is what a sink's context says about the batch it holds.
-type batch struct {
-	first      uint64
-	redelivery bool
-}
-
-type batchKey struct{}
-
-// BatchFirst is, inside a Ship sink, the sequence number (Commit.Seq) of
-// the batch's first payload; the others follow it in order. A caller that
-// kept what it appended can then hand on its own copy rather than decode
-// the payload again.
-func BatchFirst(ctx context.Context) (uint64, bool) {
-	v, ok := ctx.Value(batchKey{}).(batch)
-	return v.first, ok
-}
-
-// Redelivery is, inside a Ship sink, whether some payload of the batch may
-// have been handed to a sink before: the batch is being retried after a
-// failed call (which may have stored part of it, or all of it and then
-// lost the answer), or it holds entries that an earlier process handed to
-// its sink without the ack reaching the disk — those up to the sent mark
-// it persisted before each call, or every entry Open found when there is
-// no mark to trust. Otherwise no sink has seen any of them, and a sink may
-// skip the work that makes a replay harmless (the ClickHouse store's
-// look-up of stored ids). Outside a sink it is true: nothing is known.
-func Redelivery(ctx context.Context) bool {
-	v, ok := ctx.Value(batchKey{}).(batch)
-	return !ok || v.redelivery
+// Batch is what Ship hands its sink: committed entries, in append order.
+type Batch struct {
+	// First is the sequence number (Commit.Seq) of Payloads[0]; the
+	// others follow it in order. A caller that kept what it appended can
+	// then hand on its own copy rather than decode the payload again.
+	First uint64
+	// Payloads are the entries. Their memory is reused once the sink
+	// returns: it must not keep them.
+	Payloads [][]byte
+	// Redelivery is whether some payload of the batch may have been
+	// handed to a sink before: the batch is being retried after a failed
+	// call (which may have stored part of it, or all of it and then lost
+	// the answer), or it holds entries that an earlier process handed to
+	// its sink without the ack reaching the disk — those up to the sent
+	// mark it persisted before each call, or every entry Open found when
+	// there is no mark to trust. Otherwise no sink has seen any of them,
+	// and a sink may skip the work that makes a replay harmless (the
+	// ClickHouse store's look-up of stored ids: store.Batch.FirstDelivery).
+	Redelivery bool
 }
 
 // deliver calls sink until it accepts the batch (true) or ctx ends (false).
-func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]byte) error) bool {
+func (s *shipper) deliver(ctx context.Context, sink func(context.Context, Batch) error) bool {
 	s.views = s.views[:0]
 	start := 0
 	for _, end := range s.ends {
@@ -242,14 +232,14 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 	first := s.lastSeq - uint64(s.n) + 1
 	// w.sent is what a sink may have seen: Open's recovered entries, then
 	// every batch handed on since (owned by the one running Ship).
-	b := batch{first: first, redelivery: first <= s.w.sent}
+	b := Batch{First: first, Payloads: s.views, Redelivery: first <= s.w.sent}
 	for {
 		// The sent mark is durable before a sink sees the batch, so that
 		// after a restart only the entries a sink may have seen count as
 		// redeliveries, not the whole backlog.
 		err := s.markSent()
 		if err == nil {
-			err = sink(context.WithValue(ctx, batchKey{}, b), s.views)
+			err = sink(ctx, b)
 		}
 		if err == nil {
 			s.ack()
@@ -259,7 +249,7 @@ func (s *shipper) deliver(ctx context.Context, sink func(context.Context, [][]by
 		if ctx.Err() != nil {
 			return false
 		}
-		b.redelivery = true
+		b.Redelivery = true
 		s.w.log.Warn("wal: shipping failed, retrying the same batch", "entries", s.n,
 			"first", s.lastSeq-uint64(s.n)+1, "retry_in", backoff, "err", err)
 		t := time.NewTimer(backoff)

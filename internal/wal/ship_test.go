@@ -14,7 +14,7 @@ import (
 )
 
 // shipT runs Ship in the background; stop cancels it and returns its result.
-func shipT(t *testing.T, w *WAL, batchMax int, flushEvery time.Duration, sink func(context.Context, [][]byte) error) (stop func() error) {
+func shipT(t *testing.T, w *WAL, batchMax int, flushEvery time.Duration, sink func(context.Context, Batch) error) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -51,8 +51,9 @@ func TestShipRetriesTheSameBatch(t *testing.T) {
 		var calls []call
 		start := time.Now()
 		delivered := make(chan struct{})
-		stop := shipT(t, w, 100, 0, func(ctx context.Context, ps [][]byte) error {
-			calls = append(calls, call{time.Since(start), strs(ps), Redelivery(ctx)})
+		stop := shipT(t, w, 100, 0, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
+			calls = append(calls, call{time.Since(start), strs(ps), b.Redelivery})
 			if len(calls) <= 3 {
 				return errors.New("store down")
 			}
@@ -85,7 +86,8 @@ func TestShipSpillsWhileTheStoreIsDown(t *testing.T) {
 		var got []string
 		all := make(chan struct{})
 		const n = 200
-		stop := shipT(t, w, 50, 10*time.Millisecond, func(_ context.Context, ps [][]byte) error {
+		stop := shipT(t, w, 50, 10*time.Millisecond, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			if down.Load() {
 				return errors.New("store down")
 			}
@@ -143,7 +145,8 @@ func TestShipFlushEvery(t *testing.T) {
 		}
 		calls := make(chan call, 10)
 		start := time.Now()
-		stop := shipT(t, w, 100, 50*time.Millisecond, func(_ context.Context, ps [][]byte) error {
+		stop := shipT(t, w, 100, 50*time.Millisecond, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			calls <- call{time.Since(start), len(ps)}
 			return nil
 		})
@@ -190,7 +193,8 @@ func TestRestartReplaysFromTheAckPoint(t *testing.T) {
 	var stored []string
 	calls := 0
 	ctx, cancel := context.WithCancel(context.Background())
-	err := w.Ship(ctx, 10, 0, func(_ context.Context, ps [][]byte) error {
+	err := w.Ship(ctx, 10, 0, func(_ context.Context, b Batch) error {
+		ps := b.Payloads
 		stored = append(stored, strs(ps)...)
 		if calls++; calls == 4 {
 			cancel()
@@ -278,7 +282,8 @@ func TestShipDrainsOnceRunHasReturned(t *testing.T) {
 		if err := stopRun(); err != nil {
 			t.Fatal(err)
 		}
-		err := w.Ship(context.Background(), 4, time.Hour, func(_ context.Context, ps [][]byte) error {
+		err := w.Ship(context.Background(), 4, time.Hour, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			batches = append(batches, strs(ps))
 			return nil
 		})
@@ -298,8 +303,8 @@ func TestShipDrainsOnceRunHasReturned(t *testing.T) {
 	})
 }
 
-// TestShipBatchFirst: inside the sink, BatchFirst(ctx)+i is the Seq that
-// Append gave the batch's i-th payload, across batches and a retry.
+// TestShipBatchFirst: Batch.First+i is the Seq that Append gave the
+// batch's i-th payload, across batches and a retry.
 func TestShipBatchFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
@@ -308,20 +313,15 @@ func TestShipBatchFirst(t *testing.T) {
 		for _, p := range payloads(10) {
 			seqOf[p] = appendWait(t, w, p).Seq()
 		}
-		if _, ok := BatchFirst(context.Background()); ok {
-			t.Error("BatchFirst outside a sink answered ok")
-		}
 		calls, seen := 0, 0
 		delivered := make(chan struct{})
-		stop := shipT(t, w, 3, 0, func(ctx context.Context, ps [][]byte) error {
+		stop := shipT(t, w, 3, 0, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			calls++
-			first, ok := BatchFirst(ctx)
-			if !ok {
-				t.Fatal("BatchFirst inside the sink: not ok")
-			}
+			first := b.First
 			for i, p := range ps {
 				if want := seqOf[string(p)]; first+uint64(i) != want {
-					t.Errorf("payload %q: BatchFirst+%d = %d, Append gave %d", p, i, first+uint64(i), want)
+					t.Errorf("payload %q: First+%d = %d, Append gave %d", p, i, first+uint64(i), want)
 				}
 			}
 			if calls == 2 {
@@ -374,8 +374,9 @@ func TestShipRedeliveryAfterOpen(t *testing.T) {
 	var calls []redelivered
 	more := payloads(8)[5:]
 	delivered := make(chan struct{})
-	stop := shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
-		calls = append(calls, redelivered{strs(ps), Redelivery(ctx)})
+	stop := shipT(t, w, 2, 0, func(_ context.Context, b Batch) error {
+		ps := b.Payloads
+		calls = append(calls, redelivered{strs(ps), b.Redelivery})
 		if len(calls) == 3 {
 			// The recovered ones are shipped (the third batch held the
 			// last of them); the next appends come after.
@@ -397,9 +398,6 @@ func TestShipRedeliveryAfterOpen(t *testing.T) {
 	if diff := cmp.Diff(want, calls); diff != "" {
 		t.Errorf("sink calls (-want +got):\n%s", diff)
 	}
-	if Redelivery(context.Background()) != true {
-		t.Error("outside a sink, Redelivery must say true: nothing is known")
-	}
 }
 
 // TestShipRedeliveryUpToSentMark: after a restart only the entries a sink
@@ -416,7 +414,7 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 	}
 	calls := 0
 	failed := make(chan struct{})
-	stop := shipT(t, w, 2, 0, func(_ context.Context, ps [][]byte) error {
+	stop := shipT(t, w, 2, 0, func(context.Context, Batch) error {
 		calls++
 		if calls == 2 { // entries 3–4 reach the sink, which fails (its INSERT may have run)
 			close(failed)
@@ -436,8 +434,9 @@ func TestShipRedeliveryUpToSentMark(t *testing.T) {
 	w = restart(t, w, stopRun, dir)
 	var got []redelivered
 	done := make(chan struct{})
-	stop = shipT(t, w, 2, 0, func(ctx context.Context, ps [][]byte) error {
-		got = append(got, redelivered{strs(ps), Redelivery(ctx)})
+	stop = shipT(t, w, 2, 0, func(_ context.Context, b Batch) error {
+		ps := b.Payloads
+		got = append(got, redelivered{strs(ps), b.Redelivery})
 		if len(got) == 2 {
 			close(done)
 		}
@@ -464,7 +463,7 @@ func TestFailureCountsEverythingAsSent(t *testing.T) {
 	stopRun := runT(t, w)
 	appendWait(t, w, "before")
 	shipped := make(chan struct{})
-	stopShip := shipT(t, w, 10, 0, func(context.Context, [][]byte) error { close(shipped); return nil })
+	stopShip := shipT(t, w, 10, 0, func(context.Context, Batch) error { close(shipped); return nil })
 	<-shipped // the sent mark is 1 now
 	if err := stopShip(); err != nil {
 		t.Fatal(err)
@@ -486,9 +485,10 @@ func TestFailureCountsEverythingAsSent(t *testing.T) {
 		t.Skip("the failed write left nothing on disk this time: nothing to check")
 	}
 	got := make(chan bool, 1)
-	stop := shipT(t, w, 10, 0, func(ctx context.Context, ps [][]byte) error {
+	stop := shipT(t, w, 10, 0, func(_ context.Context, b Batch) error {
+		ps := b.Payloads
 		if strs(ps)[0] == "during" {
-			got <- Redelivery(ctx)
+			got <- b.Redelivery
 		}
 		return nil
 	})

@@ -31,7 +31,8 @@ func TestRoundTripAcrossSegments(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	shipped := make(chan error, 1)
 	go func() {
-		shipped <- w.Ship(ctx, 64, 0, func(_ context.Context, ps [][]byte) error {
+		shipped <- w.Ship(ctx, 64, 0, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range ps {
@@ -97,7 +98,8 @@ func TestConcurrentAppendsShareFsyncs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	shipDone := make(chan error, 1)
 	go func() {
-		shipDone <- w.Ship(ctx, 500, 0, func(_ context.Context, ps [][]byte) error {
+		shipDone <- w.Ship(ctx, 500, 0, func(_ context.Context, b Batch) error {
+			ps := b.Payloads
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range ps {
@@ -347,7 +349,7 @@ func TestLifecycle(t *testing.T) {
 	if err := w.Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run after Close: %v, want ErrClosed", err)
 	}
-	if err := w.Ship(context.Background(), 1, 0, func(context.Context, [][]byte) error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := w.Ship(context.Background(), 1, 0, func(context.Context, Batch) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Errorf("Ship after Close: %v, want ErrClosed", err)
 	}
 	if err := w.Close(); err != nil {

@@ -27,10 +27,14 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
-// Store is what the API reads.
+// Store is what the API reads: the ledger, reports, events, engine
+// samples and the stored alerting windows. Captures are apart (Options).
 type Store interface {
 	store.Store
-	store.Analytics
+	store.Reports
+	store.EventLog
+	store.EngineLog
+	store.WindowLog
 }
 
 // Options wire the API.

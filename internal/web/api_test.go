@@ -34,7 +34,7 @@ func newAPI(t *testing.T, tokens []config.APIToken) (*httptest.Server, []*record
 	for i, r := range recs {
 		r.Cost = record.Cost{Nanos: int64(i+1) * 1e6, Currency: "USD"}
 	}
-	if err := st.Insert(context.Background(), recs); err != nil {
+	if err := st.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	_ = st.AddEvents(context.Background(), nil)

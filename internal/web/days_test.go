@@ -56,7 +56,7 @@ func TestDayRowsReadLikeHours(t *testing.T) {
 		r.Finish()
 		recs = append(recs, r)
 	}
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	win := window.New(window.Config{From: start.Add(-time.Hour), Keep: 5 * 24 * time.Hour}, st, nil, nil)

@@ -31,7 +31,7 @@ func TestDiagnose(t *testing.T) {
 		r.Stream = true
 		r.Usage.InputTokens = int64(100 + 400*i)
 	}
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(NewAPI(Options{Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }}))

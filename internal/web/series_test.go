@@ -55,7 +55,7 @@ func newSeriesFixtureWith(t *testing.T, cfg window.Config) *seriesFixture {
 		r.Finish()
 		recs[i] = r
 	}
-	if err := st.Insert(ctx, recs); err != nil {
+	if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	win := window.New(cfg, st, nil, nil)

@@ -9,11 +9,16 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// store.Analytics on ClickHouse: events, engine samples, the alerting
-// windows' minutes, hours and days, and Prune of everything this store
-// keeps. Report is in report.go, the rollups and Prompts in rollup.go.
+// What store.Backend asks beyond the ledger, on ClickHouse: events, engine
+// samples, the alerting windows' minutes, hours and days, and Prune of
+// everything this store keeps. Report is in report.go, the rollups and
+// Prompts in rollup.go.
 
-var _ store.Analytics = (*Store)(nil)
+var (
+	_ store.Backend   = (*Store)(nil)
+	_ store.RollUpper = (*Store)(nil)
+	_ store.Connector = (*Store)(nil)
+)
 
 // The side tables. Times are Int64 (nanoseconds for events and samples,
 // seconds for the windows, as in the SQLite store) and every table is

@@ -20,7 +20,7 @@ func TestPruneLedger(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	recs := storetest.Records(0, 10) // one a second from storetest.Base
-	if err := s.Insert(ctx, recs); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	now := storetest.Base.Add(time.Hour)
@@ -144,7 +144,7 @@ func TestReportZoneOverride(t *testing.T) {
 	r := storetest.Record(1)
 	r.Arrival = time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC)
 	r.Finish()
-	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{r}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -172,7 +172,7 @@ func TestAmendmentsAreVersions(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	recs := storetest.Records(0, 3)
-	if err := s.Insert(ctx, recs); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	et := record.EngineTiming{Signal: "vllm-span", Queue: 20 * time.Millisecond, Prefill: 50 * time.Millisecond, Decode: 600 * time.Millisecond}
@@ -206,7 +206,7 @@ func TestAmendmentsAreVersions(t *testing.T) {
 		}
 	}
 	check("amended")
-	if err := s.Insert(ctx, recs); err != nil { // a late replay of the originals
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil { // a late replay of the originals
 		t.Fatal(err)
 	}
 	check("after a replay")

@@ -23,7 +23,7 @@ import (
 // Sub-benchmarks by batch size (1000; 10,000; serve's default on
 // ClickHouse, config.ClickHouseBatchSize) and by kind of batch:
 //
-//   - first: marked store.FirstDelivery, as the write-ahead queue sends a
+//   - first: marked store.Batch.FirstDelivery, as the write-ahead queue sends a
 //     batch the first time, so without the look-up of stored ids;
 //   - checked: unmarked, as a retry or a replay, so with it. The look-up
 //     reads the ids of the batch's whole days: its cost here, on a table
@@ -53,15 +53,12 @@ func benchInsert(b *testing.B, size int, first bool) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if first {
-		ctx = store.FirstDelivery(ctx)
-	}
 	m := chtest.StartCPU(serverURL)
 	at := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for batch := range slices.Chunk(recs, size) {
-		if err := s.Insert(ctx, batch); err != nil {
+		if err := s.Insert(ctx, store.Batch{Records: batch, FirstDelivery: first}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -318,7 +318,7 @@ func (s *Store) Close() error {
 // The look-up reads the request_id column of the batch's whole days (ids
 // are random, so the primary index cannot narrow it), which grows with
 // the day: at 50,000 records/s a day holds billions. So it is skipped for
-// a batch marked store.FirstDelivery — one the write-ahead queue sends
+// a batch marked store.Batch.FirstDelivery — one the write-ahead queue sends
 // for the first time, which no store has seen — and runs for retries and
 // replays, where doubles can come from. Without it, a RequestID a client
 // reused (X-Request-Id) is written twice and FINAL keeps the first write,
@@ -327,7 +327,8 @@ func (s *Store) Close() error {
 // An INSERT that spans several days is written as one part per day; if it
 // fails half-way, the Writer's retry finds the written days stored and
 // writes the others.
-func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+func (s *Store) Insert(ctx context.Context, b store.Batch) error {
+	recs := b.Records
 	if err := s.Connected(); err != nil {
 		return err
 	}
@@ -339,15 +340,15 @@ func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.insert(ctx, recs); err != nil {
+	if err := s.insert(ctx, recs, b.FirstDelivery); err != nil {
 		return fmt.Errorf("insert %d records into ClickHouse: %w", len(recs), err)
 	}
 	return nil
 }
 
-func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
+func (s *Store) insert(ctx context.Context, recs []*record.Record, firstDelivery bool) error {
 	var stored map[string]bool
-	if store.IsFirstDelivery(ctx) {
+	if firstDelivery {
 		stored = make(map[string]bool, len(recs))
 	} else {
 		var err error

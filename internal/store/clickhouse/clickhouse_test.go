@@ -184,7 +184,7 @@ func TestExactValues(t *testing.T) {
 		mk("before 1970", func(r *record.Record) { r.Arrival = time.Date(1969, 7, 20, 20, 17, 40, 1, time.UTC) }),
 		mk("far future", func(r *record.Record) { r.Arrival = time.Date(2199, 12, 31, 23, 59, 59, 999999999, time.UTC) }),
 	}
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range recs {
@@ -273,7 +273,7 @@ func TestRacingReplicasKeepFirstWrite(t *testing.T) {
 			t.Errorf("%s: Request (-want +got):\n%s", when, diff)
 		}
 		// And a replay through Insert now finds it stored.
-		if err := s.Insert(t.Context(), []*record.Record{second}); err != nil {
+		if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{second}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -289,7 +289,7 @@ func TestRacingReplicasKeepFirstWrite(t *testing.T) {
 }
 
 // TestFirstDeliveryWritesWithoutLookup: a batch marked
-// store.FirstDelivery is written without the look-up of stored ids (the
+// store.Batch.FirstDelivery is written without the look-up of stored ids (the
 // table then holds a second row for an id a client reused), and reads and
 // reports still show the first write once; an unmarked batch (a retry)
 // still looks up and writes nothing stored.
@@ -299,11 +299,10 @@ func TestFirstDeliveryWritesWithoutLookup(t *testing.T) {
 	reused := storetest.Record(1) // another request, the same X-Request-Id
 	reused.Status, reused.Usage.OutputTokens = 500, 99999
 	reused.Finish()
-	fresh := store.FirstDelivery(t.Context())
-	if err := s.Insert(fresh, []*record.Record{first}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{first}, FirstDelivery: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Insert(fresh, []*record.Record{reused, storetest.Record(2)}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{reused, storetest.Record(2)}, FirstDelivery: true}); err != nil {
 		t.Fatal(err)
 	}
 	rows := func() uint64 {
@@ -324,7 +323,7 @@ func TestFirstDeliveryWritesWithoutLookup(t *testing.T) {
 		t.Errorf("report counts %d requests; want 2", n)
 	}
 	// A retry of both batches (not marked): nothing more is written.
-	if err := s.Insert(t.Context(), []*record.Record{first, reused, storetest.Record(2)}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{first, reused, storetest.Record(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := rows(); n != 3 {
@@ -342,10 +341,10 @@ func TestReplayAcrossStores(t *testing.T) {
 	}
 	defer b.Close()
 	recs := storetest.Records(0, 50)
-	if err := a.Insert(t.Context(), recs[:30]); err != nil {
+	if err := a.Insert(t.Context(), store.Batch{Records: recs[:30]}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Insert(t.Context(), recs); err != nil {
+	if err := b.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	n := selectRowBinary(t, a, "SELECT count() FROM "+quoteIdent(a.db)+".requests", (*dec).u64)
@@ -406,7 +405,7 @@ func TestServerErrorSurfaces(t *testing.T) {
 	if !errors.As(err, &se) || se.Status != http.StatusNotFound && se.Status != http.StatusInternalServerError || !strings.Contains(se.Message, "requests") {
 		t.Errorf("Requests on a dropped table = %v, want a ServerError naming the table", err)
 	}
-	err = s.Insert(t.Context(), storetest.Records(0, 1))
+	err = s.Insert(t.Context(), store.Batch{Records: storetest.Records(0, 1)})
 	if !errors.As(err, &se) {
 		t.Errorf("Insert into a dropped table = %v, want a ServerError", err)
 	}
@@ -468,7 +467,7 @@ func TestAnalyticsConformance(t *testing.T) {
 // rows read back with defaults.
 func TestOpenAddsMissingColumns(t *testing.T) {
 	old := openTest(t)
-	if err := old.Insert(t.Context(), []*record.Record{storetest.Record(1)}); err != nil {
+	if err := old.Insert(t.Context(), store.Batch{Records: []*record.Record{storetest.Record(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []string{"client_request_id", "parent_span_id", "response_id", "cache_write_tokens", "cache_write_1h_tokens", "tool_calls"} {
@@ -482,7 +481,7 @@ func TestOpenAddsMissingColumns(t *testing.T) {
 	}
 	defer s.Close()
 	r := storetest.Record(2)
-	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{r}}); err != nil {
 		t.Fatalf("insert after the upgrade: %v", err)
 	}
 	got, err := s.Request(t.Context(), r.RequestID)
@@ -519,7 +518,7 @@ func TestOpenAddsMissingMeasures(t *testing.T) {
 	r := storetest.Record(3)
 	r.Usage = record.Usage{OutputTokens: 5, Source: record.SourceChunks}
 	r.Finish()
-	if err := s.Insert(t.Context(), []*record.Record{r}); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: []*record.Record{r}}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.Report(t.Context(), store.ReportQuery{Measures: []string{"requests", "input_unknown"}})

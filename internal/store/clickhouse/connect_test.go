@@ -78,7 +78,7 @@ func TestConnectInBackground(t *testing.T) {
 	for i := range recs {
 		recs[i] = storetest.Record(i)
 	}
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatalf("Insert after connecting: %v", err)
 	}
 	got, err := s.Requests(t.Context(), store.Filter{Limit: 100})

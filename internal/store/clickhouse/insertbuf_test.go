@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestInsertBufferSizedFromNewRows(t *testing.T) {
 	s := openTest(t)
 	recs := storetest.Records(0, 2000)
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	big := storetest.Record(5000)
@@ -26,7 +27,7 @@ func TestInsertBufferSizedFromNewRows(t *testing.T) {
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if err := s.Insert(t.Context(), batch); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: batch}); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)

@@ -159,7 +159,8 @@ func TestOutageSpillsAndReplays(t *testing.T) {
 	shipCtx, stopShip := context.WithCancel(context.Background())
 	shipDone := make(chan error, 1)
 	go func() {
-		shipDone <- q.Ship(shipCtx, 100, 0, func(ctx context.Context, payloads [][]byte) error {
+		shipDone <- q.Ship(shipCtx, 100, 0, func(ctx context.Context, b wal.Batch) error {
+			payloads := b.Payloads
 			recs := make([]*record.Record, 0, len(payloads))
 			for _, p := range payloads {
 				i, err := strconv.Atoi(string(p))
@@ -169,7 +170,7 @@ func TestOutageSpillsAndReplays(t *testing.T) {
 				}
 				recs = append(recs, storetest.Record(i))
 			}
-			err := s.Insert(ctx, recs)
+			err := s.Insert(ctx, store.Batch{Records: recs})
 			first, _ := strconv.Atoi(string(payloads[0]))
 			if err == nil {
 				mu.Lock()

@@ -94,7 +94,7 @@ func TestRollupLateWrites(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	if err := s.Insert(ctx, late("a", at, 5)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("a", at, 5)}); err != nil {
 		t.Fatal(err)
 	}
 	if n := requestsOf(t, s, store.ReportQuery{}); n != 5 {
@@ -107,7 +107,7 @@ func TestRollupLateWrites(t *testing.T) {
 	}
 	defer other.Close()
 	more := late("b", at.Add(30*time.Second), 3)
-	if err := other.Insert(ctx, more); err != nil {
+	if err := other.Insert(ctx, store.Batch{Records: more}); err != nil {
 		t.Fatal(err)
 	}
 	if n := requestsOf(t, s, store.ReportQuery{}); n != 8 {
@@ -141,7 +141,7 @@ func TestRollupStaleWinner(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	if err := s.Insert(ctx, late("a", at, 1)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("a", at, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RollUp(ctx); err != nil {
@@ -153,7 +153,7 @@ func TestRollupStaleWinner(t *testing.T) {
 	if err := s.c.exec(ctx, "", "CREATE TABLE "+snap+" ENGINE = Memory AS SELECT * FROM "+hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Insert(ctx, late("b", at.Add(time.Minute), 1)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("b", at.Add(time.Minute), 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RollUp(ctx); err != nil { // the fresh pass: two requests
@@ -212,7 +212,7 @@ func TestRollupConcurrentPasses(t *testing.T) {
 			for j := range 10 {
 				// Every replica writes into the same two hours.
 				recs := late(fmt.Sprintf("r%d-%d", i, j), at.Add(time.Duration(j%2)*time.Hour), 2)
-				if err := st.Insert(ctx, recs); err != nil {
+				if err := st.Insert(ctx, store.Batch{Records: recs}); err != nil {
 					errs <- err
 					return
 				}
@@ -243,10 +243,10 @@ func TestRollupAfterLedgerPrune(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	if err := s.Insert(ctx, late("old", at, 4)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("old", at, 4)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Insert(ctx, late("new", at.Add(24*time.Hour), 4)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("new", at.Add(24*time.Hour), 4)}); err != nil {
 		t.Fatal(err)
 	}
 	now := at.Add(36 * time.Hour)
@@ -256,10 +256,10 @@ func TestRollupAfterLedgerPrune(t *testing.T) {
 	if left, err := s.Requests(ctx, store.Filter{}); err != nil || len(left) != 4 {
 		t.Fatalf("ledger after pruning: %d rows (%v), want 4", len(left), err)
 	}
-	if err := s.Insert(ctx, late("replayed", at.Add(30*time.Second), 1)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("replayed", at.Add(30*time.Second), 1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Insert(ctx, late("later", at.Add(24*time.Hour+30*time.Second), 1)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("later", at.Add(24*time.Hour+30*time.Second), 1)}); err != nil {
 		t.Fatal(err)
 	}
 	day := func(t time.Time) string { return t.Format(time.DateOnly) }
@@ -282,7 +282,7 @@ func TestPruneMarks(t *testing.T) {
 	s := openTest(t)
 	ctx := t.Context()
 	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	if err := s.Insert(ctx, late("a", at, 3)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("a", at, 3)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RollUp(ctx); err != nil {
@@ -298,7 +298,7 @@ func TestPruneMarks(t *testing.T) {
 	// up first, so every mark is covered, but the new one is recent.
 	real := s.now
 	s.now = func() time.Time { return real().Add(2 * markKeep) }
-	if err := s.Insert(ctx, late("b", at.Add(time.Hour), 1)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: late("b", at.Add(time.Hour), 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Prune(ctx, at, store.Retention{}); err != nil {
@@ -328,7 +328,7 @@ func BenchmarkRollup(b *testing.B) {
 		recs[i] = r
 	}
 	for chunk := range slices.Chunk(recs, 1000) {
-		if err := s.Insert(ctx, chunk); err != nil {
+		if err := s.Insert(ctx, store.Batch{Records: chunk}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // column is one column of the requests table. The CREATE TABLE, the INSERT
-// and the SELECT are all built from the one list below, in its order, so
-// they cannot drift apart (RowBinary has no column names to catch a swap).
+// and the SELECT are all built from ledger (itself built from
+// store.Fields), in its order, so they cannot drift apart (RowBinary has
+// no column names to catch a swap).
 type column struct {
 	name string
 	typ  string
@@ -26,90 +28,11 @@ type column struct {
 	dec func(d *dec, r *record.Record) error
 }
 
-func strCol(name string, dim bool, p func(*record.Record) *string) column {
-	return column{name, "String", dim,
-		func(e *enc, r *record.Record) { e.str(*p(r)) },
-		func(d *dec, r *record.Record) error { *p(r) = d.str(); return nil }}
-}
-
-func intCol(name string, p func(*record.Record) *int) column {
-	return column{name, "Int64", false,
-		func(e *enc, r *record.Record) { e.i64(int64(*p(r))) },
-		func(d *dec, r *record.Record) error { *p(r) = int(d.i64()); return nil }}
-}
-
-func i64Col(name string, p func(*record.Record) *int64) column {
-	return column{name, "Int64", false,
-		func(e *enc, r *record.Record) { e.i64(*p(r)) },
-		func(d *dec, r *record.Record) error { *p(r) = d.i64(); return nil }}
-}
-
-func durCol(name string, p func(*record.Record) *time.Duration) column {
-	return column{name, "Int64", false,
-		func(e *enc, r *record.Record) { e.i64(int64(*p(r))) },
-		func(d *dec, r *record.Record) error { *p(r) = time.Duration(d.i64()); return nil }}
-}
-
-func boolCol(name string, p func(*record.Record) *bool) column {
-	return column{name, "UInt8", false,
-		func(e *enc, r *record.Record) { e.flag(*p(r)) },
-		func(d *dec, r *record.Record) error { *p(r) = d.flag(); return nil }}
-}
-
-func optI64Col(name string, p func(*record.Record) **int64) column {
-	return column{name, "Nullable(Int64)", false,
-		func(e *enc, r *record.Record) {
-			if v := *p(r); e.null(v == nil) {
-				e.i64(*v)
-			}
-		},
-		func(d *dec, r *record.Record) error {
-			if d.null() {
-				v := d.i64()
-				*p(r) = &v
-			}
-			return nil
-		}}
-}
-
-func optF64Col(name string, p func(*record.Record) **float64) column {
-	return column{name, "Nullable(Float64)", false,
-		func(e *enc, r *record.Record) {
-			if v := *p(r); e.null(v == nil) {
-				e.f64(*v)
-			}
-		},
-		func(d *dec, r *record.Record) error {
-			if d.null() {
-				v := d.f64()
-				*p(r) = &v
-			}
-			return nil
-		}}
-}
-
 // optStr writes s as a Nullable(String), NULL when ok is false.
 func optStr(e *enc, s string, ok bool) {
 	if e.null(!ok) {
 		e.str(s)
 	}
-}
-
-// derived is a query-only Int64 column computed from the finished record.
-func derived(name string, v func(*record.Record) int64) column {
-	return column{name, "Int64", false, func(e *enc, r *record.Record) { e.i64(v(r)) }, nil}
-}
-
-func optDerived(name string, v func(*record.Record) *time.Duration) column {
-	return column{name, "Nullable(Int64)", false, func(e *enc, r *record.Record) {
-		if d := v(r); e.null(d == nil) {
-			e.i64(int64(*d))
-		}
-	}, nil}
-}
-
-func segCol(name, seg string) column {
-	return derived(name, func(r *record.Record) int64 { return int64(r.Derived.Segments.Get(seg)) })
 }
 
 // noArrival stands for a zero Arrival, which has no Unix time. The gateway
@@ -143,126 +66,115 @@ func day(t time.Time) uint16 {
 	return uint16(t.Unix() / 86400)
 }
 
-// ledger is the requests table. The names follow the SQLite ledger's
-// columns, so a query reads the same on both.
-var ledger = []column{
-	{"day", "Date", false, func(e *enc, r *record.Record) { e.u16(day(r.Arrival)) }, nil},
-	strCol("request_id", false, func(r *record.Record) *string { return &r.RequestID }),
-	strCol("logical_request_id", false, func(r *record.Record) *string { return &r.LogicalRequestID }),
-	strCol("client_request_id", false, func(r *record.Record) *string { return &r.ClientRequestID }),
-	intCol("attempt", func(r *record.Record) *int { return &r.Attempt }),
-	strCol("trace_id", false, func(r *record.Record) *string { return &r.TraceID }),
-	strCol("span_id", false, func(r *record.Record) *string { return &r.SpanID }),
-	strCol("parent_span_id", false, func(r *record.Record) *string { return &r.ParentSpanID }),
-	strCol("user_id", false, func(r *record.Record) *string { return &r.UserID }),
-	strCol("key_id", true, func(r *record.Record) *string { return &r.KeyID }),
-	strCol("team", true, func(r *record.Record) *string { return &r.Team }),
-	strCol("biz_line", true, func(r *record.Record) *string { return &r.BizLine }),
-	strCol("session_id", false, func(r *record.Record) *string { return &r.SessionID }),
-	strCol("template_id", true, func(r *record.Record) *string { return &r.TemplateID }),
-	{"tags", "Nullable(String)", false,
-		func(e *enc, r *record.Record) { s, ok := jsonOf(r.Tags, r.Tags != nil); optStr(e, s, ok) },
-		func(d *dec, r *record.Record) error {
+// ledger is the requests table: the partition day, then store.Fields.
+// The names follow the SQLite ledger's columns (but arrival, which is
+// arrival_ns here), so a query reads the same on both.
+var ledger = func() []column {
+	out := []column{{"day", "Date", false, func(e *enc, r *record.Record) { e.u16(day(r.Arrival)) }, nil}}
+	for _, f := range store.Fields {
+		out = append(out, columnOf(f))
+	}
+	return out
+}()
+
+// columnOf is f's column: its ClickHouse type, and how its value is
+// written and read back in RowBinary, by its kind.
+func columnOf(f store.Field) column {
+	c := column{name: f.Column(), dim: f.LowCardinality}
+	switch f.Kind {
+	case store.KindString:
+		get := f.Get.(func(*record.Record) *string)
+		c.typ = "String"
+		c.enc = func(e *enc, r *record.Record) { e.str(*get(r)) }
+		c.dec = func(d *dec, r *record.Record) error { *get(r) = d.str(); return nil }
+	case store.KindInt:
+		get := f.Get.(func(*record.Record) *int)
+		c.typ = "Int64"
+		c.enc = func(e *enc, r *record.Record) { e.i64(int64(*get(r))) }
+		c.dec = func(d *dec, r *record.Record) error { *get(r) = int(d.i64()); return nil }
+	case store.KindInt64:
+		get := f.Get.(func(*record.Record) *int64)
+		c.typ = "Int64"
+		c.enc = func(e *enc, r *record.Record) { e.i64(*get(r)) }
+		c.dec = func(d *dec, r *record.Record) error { *get(r) = d.i64(); return nil }
+	case store.KindDuration:
+		get := f.Get.(func(*record.Record) *time.Duration)
+		c.typ = "Int64"
+		c.enc = func(e *enc, r *record.Record) { e.i64(int64(*get(r))) }
+		c.dec = func(d *dec, r *record.Record) error { *get(r) = time.Duration(d.i64()); return nil }
+	case store.KindBool:
+		get := f.Get.(func(*record.Record) *bool)
+		c.typ = "UInt8"
+		c.enc = func(e *enc, r *record.Record) { e.flag(*get(r)) }
+		c.dec = func(d *dec, r *record.Record) error { *get(r) = d.flag(); return nil }
+	case store.KindOptInt64:
+		get := f.Get.(func(*record.Record) **int64)
+		c.typ = "Nullable(Int64)"
+		c.enc = func(e *enc, r *record.Record) {
+			if v := *get(r); e.null(v == nil) {
+				e.i64(*v)
+			}
+		}
+		c.dec = func(d *dec, r *record.Record) error {
 			if d.null() {
-				if err := json.Unmarshal([]byte(d.str()), &r.Tags); err != nil && d.err == nil {
-					return fmt.Errorf("decode tags of %q: %w", r.RequestID, err)
-				}
+				v := d.i64()
+				*get(r) = &v
 			}
 			return nil
-		}},
-	strCol("endpoint", true, func(r *record.Record) *string { return &r.Endpoint }),
-	strCol("model", true, func(r *record.Record) *string { return &r.Model }),
-	strCol("served_model", true, func(r *record.Record) *string { return &r.ServedModel }),
-	strCol("upstream", true, func(r *record.Record) *string { return &r.Upstream }),
-	strCol("engine", true, func(r *record.Record) *string { return &r.Engine }),
-
-	boolCol("stream", func(r *record.Record) *bool { return &r.Stream }),
-	boolCol("include_usage", func(r *record.Record) *bool { return &r.IncludeUsage }),
-	optI64Col("max_tokens", func(r *record.Record) **int64 { return &r.MaxTokens }),
-	optF64Col("temperature", func(r *record.Record) **float64 { return &r.Temperature }),
-	optF64Col("top_p", func(r *record.Record) **float64 { return &r.TopP }),
-	strCol("prompt_sha256", false, func(r *record.Record) *string { return &r.PromptSHA256 }),
-	i64Col("prompt_bytes", func(r *record.Record) *int64 { return &r.PromptBytes }),
-	intCol("messages", func(r *record.Record) *int { return &r.Messages }),
-	i64Col("request_bytes", func(r *record.Record) *int64 { return &r.RequestBytes }),
-
-	{"arrival_ns", "Int64", false,
-		func(e *enc, r *record.Record) { e.i64(arrivalNS(r.Arrival)) },
-		func(d *dec, r *record.Record) error {
+		}
+	case store.KindOptFloat64:
+		get := f.Get.(func(*record.Record) **float64)
+		c.typ = "Nullable(Float64)"
+		c.enc = func(e *enc, r *record.Record) {
+			if v := *get(r); e.null(v == nil) {
+				e.f64(*v)
+			}
+		}
+		c.dec = func(d *dec, r *record.Record) error {
+			if d.null() {
+				v := d.f64()
+				*get(r) = &v
+			}
+			return nil
+		}
+	case store.KindTime:
+		get := f.Get.(func(*record.Record) *time.Time)
+		c.typ = "Int64"
+		c.enc = func(e *enc, r *record.Record) { e.i64(arrivalNS(*get(r))) }
+		c.dec = func(d *dec, r *record.Record) error {
 			if ns := d.i64(); ns != noArrival {
-				r.Arrival = time.Unix(0, ns).UTC()
+				*get(r) = time.Unix(0, ns).UTC()
 			}
 			return nil
-		}},
-	durCol("auth_done_ns", func(r *record.Record) *time.Duration { return &r.Marks.AuthDone }),
-	durCol("admitted_ns", func(r *record.Record) *time.Duration { return &r.Marks.Admitted }),
-	durCol("upstream_sent_ns", func(r *record.Record) *time.Duration { return &r.Marks.UpstreamSent }),
-	durCol("upstream_headers_ns", func(r *record.Record) *time.Duration { return &r.Marks.UpstreamHeaders }),
-	durCol("first_upstream_token_ns", func(r *record.Record) *time.Duration { return &r.Marks.FirstUpstreamToken }),
-	durCol("first_client_token_ns", func(r *record.Record) *time.Duration { return &r.Marks.FirstClientToken }),
-	durCol("last_token_ns", func(r *record.Record) *time.Duration { return &r.Marks.LastToken }),
-	durCol("last_upstream_token_ns", func(r *record.Record) *time.Duration { return &r.Marks.LastUpstreamToken }),
-	durCol("end_ns", func(r *record.Record) *time.Duration { return &r.Marks.End }),
-
-	intCol("status", func(r *record.Record) *int { return &r.Status }),
-	intCol("upstream_status", func(r *record.Record) *int { return &r.UpstreamStatus }),
-	strCol("error_type", true, func(r *record.Record) *string { return &r.ErrorType }),
-	strCol("error_message", false, func(r *record.Record) *string { return &r.ErrorMessage }),
-	strCol("finish_reason", true, func(r *record.Record) *string { return &r.FinishReason }),
-	strCol("response_id", false, func(r *record.Record) *string { return &r.ResponseID }),
-	i64Col("response_bytes", func(r *record.Record) *int64 { return &r.ResponseBytes }),
-	intCol("content_chunks", func(r *record.Record) *int { return &r.ContentChunks }),
-	intCol("first_chunk_bytes", func(r *record.Record) *int { return &r.FirstChunkBytes }),
-	i64Col("content_bytes", func(r *record.Record) *int64 { return &r.ContentBytes }),
-	boolCol("client_disconnect", func(r *record.Record) *bool { return &r.ClientDisconnect }),
-	intCol("retries", func(r *record.Record) *int { return &r.Retries }),
-	boolCol("sampled", func(r *record.Record) *bool { return &r.Sampled }),
-
-	i64Col("input_tokens", func(r *record.Record) *int64 { return &r.Usage.InputTokens }),
-	i64Col("cached_input_tokens", func(r *record.Record) *int64 { return &r.Usage.CachedInputTokens }),
-	i64Col("output_tokens", func(r *record.Record) *int64 { return &r.Usage.OutputTokens }),
-	i64Col("reasoning_tokens", func(r *record.Record) *int64 { return &r.Usage.ReasoningTokens }),
-	i64Col("cache_write_tokens", func(r *record.Record) *int64 { return &r.Usage.CacheWriteTokens }),
-	i64Col("cache_write_1h_tokens", func(r *record.Record) *int64 { return &r.Usage.CacheWrite1hTokens }),
-	intCol("tool_calls", func(r *record.Record) *int { return &r.Usage.ToolCalls }),
-	strCol("usage_source", true, func(r *record.Record) *string { return (*string)(&r.Usage.Source) }),
-
-	i64Col("cost_nanos", func(r *record.Record) *int64 { return &r.Cost.Nanos }),
-	strCol("currency", true, func(r *record.Record) *string { return &r.Cost.Currency }),
-	strCol("price_version", true, func(r *record.Record) *string { return &r.Cost.PriceVersion }),
-	boolCol("cache_hit", func(r *record.Record) *bool { return &r.CacheHit }),
-
-	durCol("connect_wait_ns", func(r *record.Record) *time.Duration { return &r.ConnectWait }),
-	durCol("client_write_ns", func(r *record.Record) *time.Duration { return &r.ClientWrite }),
-	durCol("client_write_tail_ns", func(r *record.Record) *time.Duration { return &r.ClientWriteTail }),
-	{"engine_timing", "Nullable(String)", false,
-		func(e *enc, r *record.Record) {
-			s, ok := jsonOf(r.EngineTiming, r.EngineTiming != nil)
-			optStr(e, s, ok)
-		},
-		func(d *dec, r *record.Record) error {
+		}
+	case store.KindJSON:
+		get, isNil := f.Get.(func(*record.Record) any), f.IsNil
+		c.typ = "Nullable(String)"
+		c.enc = func(e *enc, r *record.Record) { s, ok := jsonOf(get(r), !isNil(r)); optStr(e, s, ok) }
+		c.dec = func(d *dec, r *record.Record) error {
 			if d.null() {
-				r.EngineTiming = new(record.EngineTiming)
-				if err := json.Unmarshal([]byte(d.str()), r.EngineTiming); err != nil && d.err == nil {
-					return fmt.Errorf("decode engine timing of %q: %w", r.RequestID, err)
+				if err := json.Unmarshal([]byte(d.str()), get(r)); err != nil && d.err == nil {
+					return fmt.Errorf("decode %s of %q: %w", f.Name, r.RequestID, err)
 				}
 			}
 			return nil
-		}},
-
-	optDerived("ttft_ns", func(r *record.Record) *time.Duration { return r.Derived.TTFT }),
-	derived("e2e_ns", func(r *record.Record) int64 { return int64(r.Derived.E2E) }),
-	optDerived("tpot_ns", func(r *record.Record) *time.Duration { return r.Derived.TPOT }),
-	segCol("seg_gateway_queue_ns", record.SegGatewayQueue),
-	segCol("seg_connect_ns", record.SegConnect),
-	segCol("seg_engine_queue_ns", record.SegEngineQueue),
-	segCol("seg_prefill_ns", record.SegPrefill),
-	segCol("seg_decode_ns", record.SegDecode),
-	segCol("seg_client_write_ns", record.SegClientWrite),
-	segCol("seg_post_processing_ns", record.SegPostProcessing),
-	segCol("seg_unattributed_ns", record.SegUnattributed),
-
-	durCol("engine_timing_due_ns", func(r *record.Record) *time.Duration { return &r.EngineTimingDue }),
+		}
+	case store.KindDerived:
+		get := f.Get.(func(*record.Record) int64)
+		c.typ = "Int64"
+		c.enc = func(e *enc, r *record.Record) { e.i64(get(r)) }
+	case store.KindOptDerived:
+		get := f.Get.(func(*record.Record) *time.Duration)
+		c.typ = "Nullable(Int64)"
+		c.enc = func(e *enc, r *record.Record) {
+			if d := get(r); e.null(d == nil) {
+				e.i64(int64(*d))
+			}
+		}
+	default:
+		panic(fmt.Sprintf("clickhouse: field %s has kind %d, which this store cannot keep", f.Name, f.Kind))
+	}
+	return c
 }
 
 // The sampled detail and the write version follow the ledger columns. The

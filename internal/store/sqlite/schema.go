@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 // migrations are applied in order; migration i brings the ledger to schema
@@ -225,144 +226,182 @@ func migrate(ctx context.Context, db *sql.DB, now time.Time) (from, to int, err 
 	return from, len(migrations), nil
 }
 
-// column is one ledger column. The INSERT, the SELECT and the scan are all
-// built from the one list below, so they cannot drift apart.
+// column is one ledger column as SQLite stores it. The INSERT, the SELECT
+// and the scan are all built from ledger, itself built from store.Fields,
+// so they cannot drift apart.
 type column struct {
 	name string
+	// typ is the column's type as a migration adds it (see addColumns).
+	typ string
 	// val returns the value to insert. r has been finished, so derived
 	// columns always agree with the marks, whatever the caller did.
 	val func(r *record.Record) any
-	// dst returns where to scan the column; nil for columns that are only
-	// there to be queried (derived figures are recomputed by Finish).
-	dst func(r *record.Record, s *scratch) any
+	// dst returns where to scan the column into r; nil for columns that
+	// are only there to be queried (derived figures are recomputed by
+	// Finish).
+	dst func(r *record.Record) any
 }
 
-// scratch holds the columns that need converting after the scan.
-type scratch struct {
-	arrival sql.NullInt64
-	tags    sql.NullString
-	engine  sql.NullString
+var ledger = func() []column {
+	out := make([]column, len(store.Fields))
+	for i, f := range store.Fields {
+		out[i] = columnOf(f)
+	}
+	return out
+}()
+
+// columnOf is f's column: its SQLite type, and how its value goes in and
+// comes back, by its kind.
+func columnOf(f store.Field) column {
+	c := column{name: f.Name, typ: sqlType(f.Kind)}
+	switch f.Kind {
+	case store.KindString:
+		get := f.Get.(func(*record.Record) *string)
+		c.val = func(r *record.Record) any { return *get(r) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindInt:
+		get := f.Get.(func(*record.Record) *int)
+		c.val = func(r *record.Record) any { return int64(*get(r)) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindInt64:
+		get := f.Get.(func(*record.Record) *int64)
+		c.val = func(r *record.Record) any { return *get(r) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindDuration:
+		get := f.Get.(func(*record.Record) *time.Duration)
+		c.val = func(r *record.Record) any { return int64(*get(r)) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindBool:
+		get := f.Get.(func(*record.Record) *bool)
+		c.val = func(r *record.Record) any { return *get(r) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindOptInt64:
+		get := f.Get.(func(*record.Record) **int64)
+		c.val = func(r *record.Record) any { return *get(r) } // a nil *int64 is NULL
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindOptFloat64:
+		get := f.Get.(func(*record.Record) **float64)
+		c.val = func(r *record.Record) any { return *get(r) }
+		c.dst = func(r *record.Record) any { return get(r) }
+	case store.KindTime:
+		get := f.Get.(func(*record.Record) *time.Time)
+		c.val = func(r *record.Record) any {
+			if t := *get(r); !t.IsZero() {
+				return t.UnixNano()
+			}
+			return nil
+		}
+		c.dst = func(r *record.Record) any { return timeDst{get(r)} }
+	case store.KindJSON:
+		get, isNil := f.Get.(func(*record.Record) any), f.IsNil
+		c.val = func(r *record.Record) any { return jsonValue(get(r), isNil(r)) }
+		c.dst = func(r *record.Record) any { return &jsonDst{name: f.Name, r: r, p: get(r)} }
+	case store.KindDerived:
+		get := f.Get.(func(*record.Record) int64)
+		c.val = func(r *record.Record) any { return get(r) }
+	case store.KindOptDerived:
+		get := f.Get.(func(*record.Record) *time.Duration)
+		c.val = func(r *record.Record) any { return optNS(get(r)) }
+	default:
+		panic(fmt.Sprintf("sqlite: field %s has kind %d, which this store cannot keep", f.Name, f.Kind))
+	}
+	return c
 }
 
-func (s *scratch) apply(r *record.Record) error {
-	if s.arrival.Valid {
-		r.Arrival = time.Unix(0, s.arrival.Int64).UTC()
+// sqlType is the SQLite column type of a kind, as migration 1 wrote
+// them: STRICT, with NOT NULL and a zero default except where NULL means
+// absent.
+func sqlType(k store.Kind) string {
+	switch k {
+	case store.KindString:
+		return "TEXT NOT NULL DEFAULT ''"
+	case store.KindInt, store.KindInt64, store.KindDuration, store.KindBool, store.KindDerived:
+		return "INTEGER NOT NULL DEFAULT 0"
+	case store.KindOptInt64, store.KindOptDerived, store.KindTime:
+		return "INTEGER"
+	case store.KindOptFloat64:
+		return "REAL"
+	case store.KindJSON:
+		return "TEXT"
 	}
-	if s.tags.Valid {
-		if err := json.Unmarshal([]byte(s.tags.String), &r.Tags); err != nil {
-			return fmt.Errorf("decode tags of %q: %w", r.RequestID, err)
+	return ""
+}
+
+// addColumns is the migration that adds the named fields' columns to the
+// ledger, typed as store.Fields says: what a new Record field's migration
+// is. It panics on a name that is not a field, which the first test to
+// open a ledger catches.
+func addColumns(names ...string) string {
+	var b strings.Builder
+	for _, n := range names {
+		c := mustColumn(n)
+		fmt.Fprintf(&b, "ALTER TABLE requests ADD COLUMN %s %s;\n", c.name, c.typ)
+	}
+	return b.String()
+}
+
+// mustColumn is the ledger column called name, which the code spells out.
+func mustColumn(name string) column {
+	for _, c := range ledger {
+		if c.name == name {
+			return c
 		}
 	}
-	if s.engine.Valid {
-		r.EngineTiming = &record.EngineTiming{}
-		if err := json.Unmarshal([]byte(s.engine.String), r.EngineTiming); err != nil {
-			return fmt.Errorf("decode engine timing of %q: %w", r.RequestID, err)
-		}
+	panic("sqlite: no ledger column " + name)
+}
+
+// timeDst scans a KindTime column: NULL leaves the zero time.
+type timeDst struct{ t *time.Time }
+
+func (d timeDst) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+	case int64:
+		*d.t = time.Unix(0, v).UTC()
+	default:
+		return fmt.Errorf("time column holds %T", v)
 	}
 	return nil
 }
 
-var ledger = []column{
-	{"request_id", func(r *record.Record) any { return r.RequestID }, func(r *record.Record, _ *scratch) any { return &r.RequestID }},
-	{"logical_request_id", func(r *record.Record) any { return r.LogicalRequestID }, func(r *record.Record, _ *scratch) any { return &r.LogicalRequestID }},
-	{"client_request_id", func(r *record.Record) any { return r.ClientRequestID }, func(r *record.Record, _ *scratch) any { return &r.ClientRequestID }},
-	{"attempt", func(r *record.Record) any { return int64(r.Attempt) }, func(r *record.Record, _ *scratch) any { return &r.Attempt }},
-	{"trace_id", func(r *record.Record) any { return r.TraceID }, func(r *record.Record, _ *scratch) any { return &r.TraceID }},
-	{"span_id", func(r *record.Record) any { return r.SpanID }, func(r *record.Record, _ *scratch) any { return &r.SpanID }},
-	{"parent_span_id", func(r *record.Record) any { return r.ParentSpanID }, func(r *record.Record, _ *scratch) any { return &r.ParentSpanID }},
-	{"user_id", func(r *record.Record) any { return r.UserID }, func(r *record.Record, _ *scratch) any { return &r.UserID }},
-	{"key_id", func(r *record.Record) any { return r.KeyID }, func(r *record.Record, _ *scratch) any { return &r.KeyID }},
-	{"team", func(r *record.Record) any { return r.Team }, func(r *record.Record, _ *scratch) any { return &r.Team }},
-	{"biz_line", func(r *record.Record) any { return r.BizLine }, func(r *record.Record, _ *scratch) any { return &r.BizLine }},
-	{"session_id", func(r *record.Record) any { return r.SessionID }, func(r *record.Record, _ *scratch) any { return &r.SessionID }},
-	{"template_id", func(r *record.Record) any { return r.TemplateID }, func(r *record.Record, _ *scratch) any { return &r.TemplateID }},
-	{"tags", func(r *record.Record) any { return tagsJSON(r.Tags) }, func(_ *record.Record, s *scratch) any { return &s.tags }},
-	{"endpoint", func(r *record.Record) any { return r.Endpoint }, func(r *record.Record, _ *scratch) any { return &r.Endpoint }},
-	{"model", func(r *record.Record) any { return r.Model }, func(r *record.Record, _ *scratch) any { return &r.Model }},
-	{"served_model", func(r *record.Record) any { return r.ServedModel }, func(r *record.Record, _ *scratch) any { return &r.ServedModel }},
-	{"upstream", func(r *record.Record) any { return r.Upstream }, func(r *record.Record, _ *scratch) any { return &r.Upstream }},
-	{"engine", func(r *record.Record) any { return r.Engine }, func(r *record.Record, _ *scratch) any { return &r.Engine }},
-
-	{"stream", func(r *record.Record) any { return r.Stream }, func(r *record.Record, _ *scratch) any { return &r.Stream }},
-	{"include_usage", func(r *record.Record) any { return r.IncludeUsage }, func(r *record.Record, _ *scratch) any { return &r.IncludeUsage }},
-	{"max_tokens", func(r *record.Record) any { return r.MaxTokens }, func(r *record.Record, _ *scratch) any { return &r.MaxTokens }},
-	{"temperature", func(r *record.Record) any { return r.Temperature }, func(r *record.Record, _ *scratch) any { return &r.Temperature }},
-	{"top_p", func(r *record.Record) any { return r.TopP }, func(r *record.Record, _ *scratch) any { return &r.TopP }},
-	{"prompt_sha256", func(r *record.Record) any { return r.PromptSHA256 }, func(r *record.Record, _ *scratch) any { return &r.PromptSHA256 }},
-	{"prompt_bytes", func(r *record.Record) any { return r.PromptBytes }, func(r *record.Record, _ *scratch) any { return &r.PromptBytes }},
-	{"messages", func(r *record.Record) any { return int64(r.Messages) }, func(r *record.Record, _ *scratch) any { return &r.Messages }},
-	{"request_bytes", func(r *record.Record) any { return r.RequestBytes }, func(r *record.Record, _ *scratch) any { return &r.RequestBytes }},
-
-	{"arrival", arrivalValue, func(_ *record.Record, s *scratch) any { return &s.arrival }},
-	{"auth_done_ns", func(r *record.Record) any { return int64(r.Marks.AuthDone) }, func(r *record.Record, _ *scratch) any { return &r.Marks.AuthDone }},
-	{"admitted_ns", func(r *record.Record) any { return int64(r.Marks.Admitted) }, func(r *record.Record, _ *scratch) any { return &r.Marks.Admitted }},
-	{"upstream_sent_ns", func(r *record.Record) any { return int64(r.Marks.UpstreamSent) }, func(r *record.Record, _ *scratch) any { return &r.Marks.UpstreamSent }},
-	{"upstream_headers_ns", func(r *record.Record) any { return int64(r.Marks.UpstreamHeaders) }, func(r *record.Record, _ *scratch) any { return &r.Marks.UpstreamHeaders }},
-	{"first_upstream_token_ns", func(r *record.Record) any { return int64(r.Marks.FirstUpstreamToken) }, func(r *record.Record, _ *scratch) any { return &r.Marks.FirstUpstreamToken }},
-	{"first_client_token_ns", func(r *record.Record) any { return int64(r.Marks.FirstClientToken) }, func(r *record.Record, _ *scratch) any { return &r.Marks.FirstClientToken }},
-	{"last_token_ns", func(r *record.Record) any { return int64(r.Marks.LastToken) }, func(r *record.Record, _ *scratch) any { return &r.Marks.LastToken }},
-	{"end_ns", func(r *record.Record) any { return int64(r.Marks.End) }, func(r *record.Record, _ *scratch) any { return &r.Marks.End }},
-
-	{"status", func(r *record.Record) any { return int64(r.Status) }, func(r *record.Record, _ *scratch) any { return &r.Status }},
-	{"upstream_status", func(r *record.Record) any { return int64(r.UpstreamStatus) }, func(r *record.Record, _ *scratch) any { return &r.UpstreamStatus }},
-	{"error_type", func(r *record.Record) any { return r.ErrorType }, func(r *record.Record, _ *scratch) any { return &r.ErrorType }},
-	{"error_message", func(r *record.Record) any { return r.ErrorMessage }, func(r *record.Record, _ *scratch) any { return &r.ErrorMessage }},
-	{"finish_reason", func(r *record.Record) any { return r.FinishReason }, func(r *record.Record, _ *scratch) any { return &r.FinishReason }},
-	{"response_id", func(r *record.Record) any { return r.ResponseID }, func(r *record.Record, _ *scratch) any { return &r.ResponseID }},
-	{"response_bytes", func(r *record.Record) any { return r.ResponseBytes }, func(r *record.Record, _ *scratch) any { return &r.ResponseBytes }},
-	{"content_chunks", func(r *record.Record) any { return int64(r.ContentChunks) }, func(r *record.Record, _ *scratch) any { return &r.ContentChunks }},
-	{"first_chunk_bytes", func(r *record.Record) any { return int64(r.FirstChunkBytes) }, func(r *record.Record, _ *scratch) any { return &r.FirstChunkBytes }},
-	{"content_bytes", func(r *record.Record) any { return r.ContentBytes }, func(r *record.Record, _ *scratch) any { return &r.ContentBytes }},
-	{"client_disconnect", func(r *record.Record) any { return r.ClientDisconnect }, func(r *record.Record, _ *scratch) any { return &r.ClientDisconnect }},
-	{"retries", func(r *record.Record) any { return int64(r.Retries) }, func(r *record.Record, _ *scratch) any { return &r.Retries }},
-	{"sampled", func(r *record.Record) any { return r.Sampled }, func(r *record.Record, _ *scratch) any { return &r.Sampled }},
-
-	{"input_tokens", func(r *record.Record) any { return r.Usage.InputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.InputTokens }},
-	{"cached_input_tokens", func(r *record.Record) any { return r.Usage.CachedInputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CachedInputTokens }},
-	{"output_tokens", func(r *record.Record) any { return r.Usage.OutputTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.OutputTokens }},
-	{"reasoning_tokens", func(r *record.Record) any { return r.Usage.ReasoningTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.ReasoningTokens }},
-	{"cache_write_tokens", func(r *record.Record) any { return r.Usage.CacheWriteTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CacheWriteTokens }},
-	{"cache_write_1h_tokens", func(r *record.Record) any { return r.Usage.CacheWrite1hTokens }, func(r *record.Record, _ *scratch) any { return &r.Usage.CacheWrite1hTokens }},
-	{"tool_calls", func(r *record.Record) any { return int64(r.Usage.ToolCalls) }, func(r *record.Record, _ *scratch) any { return &r.Usage.ToolCalls }},
-	{"usage_source", func(r *record.Record) any { return string(r.Usage.Source) }, func(r *record.Record, _ *scratch) any { return &r.Usage.Source }},
-
-	{"cost_nanos", func(r *record.Record) any { return r.Cost.Nanos }, func(r *record.Record, _ *scratch) any { return &r.Cost.Nanos }},
-	{"currency", func(r *record.Record) any { return r.Cost.Currency }, func(r *record.Record, _ *scratch) any { return &r.Cost.Currency }},
-	{"price_version", func(r *record.Record) any { return r.Cost.PriceVersion }, func(r *record.Record, _ *scratch) any { return &r.Cost.PriceVersion }},
-	{"cache_hit", func(r *record.Record) any { return r.CacheHit }, func(r *record.Record, _ *scratch) any { return &r.CacheHit }},
-
-	{"last_upstream_token_ns", func(r *record.Record) any { return int64(r.Marks.LastUpstreamToken) }, func(r *record.Record, _ *scratch) any { return &r.Marks.LastUpstreamToken }},
-	{"connect_wait_ns", func(r *record.Record) any { return int64(r.ConnectWait) }, func(r *record.Record, _ *scratch) any { return &r.ConnectWait }},
-	{"client_write_ns", func(r *record.Record) any { return int64(r.ClientWrite) }, func(r *record.Record, _ *scratch) any { return &r.ClientWrite }},
-	{"client_write_tail_ns", func(r *record.Record) any { return int64(r.ClientWriteTail) }, func(r *record.Record, _ *scratch) any { return &r.ClientWriteTail }},
-	{"engine_timing", func(r *record.Record) any { return engineJSON(r.EngineTiming) }, func(_ *record.Record, s *scratch) any { return &s.engine }},
-
-	{"ttft_ns", func(r *record.Record) any { return optNS(r.Derived.TTFT) }, nil},
-	{"e2e_ns", func(r *record.Record) any { return int64(r.Derived.E2E) }, nil},
-	{"tpot_ns", func(r *record.Record) any { return optNS(r.Derived.TPOT) }, nil},
-	{"seg_gateway_queue_ns", segNS(record.SegGatewayQueue), nil},
-	{"seg_connect_ns", segNS(record.SegConnect), nil},
-	{"seg_engine_queue_ns", segNS(record.SegEngineQueue), nil},
-	{"seg_prefill_ns", segNS(record.SegPrefill), nil},
-	{"seg_decode_ns", segNS(record.SegDecode), nil},
-	{"seg_client_write_ns", segNS(record.SegClientWrite), nil},
-	{"seg_post_processing_ns", segNS(record.SegPostProcessing), nil},
-	{"seg_unattributed_ns", segNS(record.SegUnattributed), nil},
-
-	// Migration 13.
-	{"engine_timing_due_ns", func(r *record.Record) any { return int64(r.EngineTimingDue) }, func(r *record.Record, _ *scratch) any { return &r.EngineTimingDue }},
+// jsonDst scans a KindJSON column into p: NULL leaves it nil.
+type jsonDst struct {
+	name string
+	r    *record.Record // for the error's request id
+	p    any
 }
 
-func segNS(name string) func(*record.Record) any {
-	return func(r *record.Record) any { return int64(r.Derived.Segments.Get(name)) }
+func (d *jsonDst) Scan(v any) error {
+	var b []byte
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return fmt.Errorf("%s column holds %T", d.name, v)
+	}
+	if err := json.Unmarshal(b, d.p); err != nil {
+		return fmt.Errorf("decode %s of %q: %w", d.name, d.r.RequestID, err)
+	}
+	return nil
 }
 
-// engineJSON stores the engine's timing exactly (integer nanoseconds).
-func engineJSON(e *record.EngineTiming) any {
-	if e == nil {
+// jsonValue is v's JSON text, or NULL when isNil. encoding/json sorts map
+// keys, so equal tags are equal text; nil and empty stay apart (NULL and
+// "{}"), so the round trip is exact.
+func jsonValue(v any, isNil bool) any {
+	if isNil {
 		return nil
 	}
-	b, _ := json.Marshal(e)
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Maps of strings and the timing struct always marshal; keep
+		// the row regardless.
+		return nil
+	}
 	return string(b)
 }
 
@@ -409,20 +448,13 @@ func rowArgs(args []any, r *record.Record) []any {
 }
 
 // scanDests returns the scan destinations of the selectColumns for r.
-func scanDests(dsts []any, r *record.Record, s *scratch) []any {
+func scanDests(dsts []any, r *record.Record) []any {
 	for _, c := range ledger {
 		if c.dst != nil {
-			dsts = append(dsts, c.dst(r, s))
+			dsts = append(dsts, c.dst(r))
 		}
 	}
 	return dsts
-}
-
-func arrivalValue(r *record.Record) any {
-	if r.Arrival.IsZero() {
-		return nil
-	}
-	return r.Arrival.UnixNano()
 }
 
 func optNS(d *time.Duration) any {
@@ -430,20 +462,6 @@ func optNS(d *time.Duration) any {
 		return nil
 	}
 	return int64(*d)
-}
-
-// tagsJSON keeps nil and empty apart (NULL vs "{}") so that the round trip
-// is exact. encoding/json sorts map keys, so equal tags are equal text.
-func tagsJSON(tags map[string]string) any {
-	if tags == nil {
-		return nil
-	}
-	b, err := json.Marshal(tags)
-	if err != nil {
-		// A map[string]string always marshals; keep the row regardless.
-		return nil
-	}
-	return string(b)
 }
 
 // timelineJSON encodes the timeline (record.EncodeTimeline). A nil

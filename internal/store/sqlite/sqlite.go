@@ -51,7 +51,7 @@ type Store struct {
 	loc *time.Location
 }
 
-var _ store.Analytics = (*Store)(nil)
+var _ store.Backend = (*Store)(nil)
 
 // Option configures Open.
 type Option func(*Store)
@@ -193,8 +193,10 @@ func (s *Store) Close() error {
 
 // Insert writes recs in one transaction. A Record already stored (same
 // RequestID) is skipped, so replaying a batch after a failed commit or a
-// crash never counts a request twice.
-func (s *Store) Insert(ctx context.Context, recs []*record.Record) error {
+// crash never counts a request twice. That costs no read, so
+// b.FirstDelivery changes nothing here.
+func (s *Store) Insert(ctx context.Context, b store.Batch) error {
+	recs := b.Records
 	if len(recs) == 0 {
 		return nil
 	}
@@ -350,15 +352,11 @@ func (s *Store) query(ctx context.Context, q string, withTimeline bool, args ...
 	)
 	for rows.Next() {
 		r := new(record.Record)
-		var sc scratch
-		dsts = scanDests(dsts[:0], r, &sc)
+		dsts = scanDests(dsts[:0], r)
 		if withTimeline {
 			dsts = append(dsts, &timeline)
 		}
 		if err := rows.Scan(dsts...); err != nil {
-			return nil, err
-		}
-		if err := sc.apply(r); err != nil {
 			return nil, err
 		}
 		if withTimeline && timeline.Valid {

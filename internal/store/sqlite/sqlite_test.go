@@ -95,7 +95,7 @@ func TestMigration6Backfills(t *testing.T) {
 		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
 		r.Finish()
 	}
-	if err := s.Insert(ctx, recs); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	queries := []store.ReportQuery{
@@ -157,7 +157,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := openAt(t, path)
 	ctx := t.Context()
-	if err := s.Insert(ctx, storetest.Records(0, 3)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: storetest.Records(0, 3)}); err != nil {
 		t.Fatal(err)
 	}
 	future := len(migrations) + 1
@@ -187,7 +187,7 @@ func TestSurvivesReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	recs := storetest.Records(0, 20)
 	s := openAt(t, path)
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -206,7 +206,7 @@ func TestSurvivesReopen(t *testing.T) {
 		}
 	}
 	// Still idempotent across processes' lifetimes.
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 	all, err := s.Requests(t.Context(), store.Filter{Limit: 1000})
@@ -281,7 +281,7 @@ func TestDetailsCascade(t *testing.T) {
 	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
 	defer s.Close()
 	ctx := t.Context()
-	if err := s.Insert(ctx, storetest.Records(0, 3)); err != nil {
+	if err := s.Insert(ctx, store.Batch{Records: storetest.Records(0, 3)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.w.ExecContext(ctx, "DELETE FROM requests WHERE request_id = ?", storetest.Record(1).RequestID); err != nil {
@@ -384,7 +384,7 @@ func BenchmarkInsert(b *testing.B) {
 			r.RequestID = fmt.Sprintf("bench-%09d", n)
 			n++
 		}
-		if err := s.Insert(b.Context(), recs); err != nil {
+		if err := s.Insert(b.Context(), store.Batch{Records: recs}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -431,7 +431,7 @@ func TestReportTimeZone(t *testing.T) {
 	defer s.Close()
 	r := storetest.Record(1)
 	r.Arrival = time.Date(2026, 3, 1, 23, 30, 0, 0, time.UTC) // 2026-03-02 07:30 in Shanghai
-	if err := s.Insert(context.Background(), []*record.Record{r}); err != nil {
+	if err := s.Insert(context.Background(), store.Batch{Records: []*record.Record{r}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []store.ReportQuery{

@@ -17,10 +17,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// AnalyticsStore is a backend with reports, as the gateway's CLI and API use.
+// AnalyticsStore is a whole backend, as the gateway's CLI and API use.
 type AnalyticsStore interface {
-	store.Store
-	store.Analytics
+	store.Backend
 }
 
 // RunAnalytics checks the rollup contract: a report equals the sums over
@@ -31,7 +30,7 @@ func RunAnalytics(t *testing.T, open func(t *testing.T) AnalyticsStore) {
 }
 
 // RunAnalyticsOnly runs the named tests of RunAnalytics, for a backend
-// that implements part of store.Analytics so far (the others answer
+// that implements part of store.Backend so far (the others answer
 // "not implemented"); a name the suite does not have fails.
 func RunAnalyticsOnly(t *testing.T, open func(t *testing.T) AnalyticsStore, names ...string) {
 	all := analyticsTests()

@@ -12,11 +12,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
-// CaptureStore is a backend with the captures table.
+// CaptureStore is a backend with the captures table (every Backend).
 type CaptureStore interface {
-	store.Store
-	store.Analytics
-	store.Captures
+	store.Backend
 }
 
 // RunCaptures runs the conformance tests of store.Captures. open must

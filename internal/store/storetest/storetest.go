@@ -61,7 +61,7 @@ func runEach[S store.Store](t *testing.T, open func(t *testing.T) S, tests []nam
 
 func insert(t *testing.T, s store.Store, recs ...*record.Record) {
 	t.Helper()
-	if err := s.Insert(t.Context(), recs); err != nil {
+	if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 		t.Fatalf("Insert(%d records): %v", len(recs), err)
 	}
 }
@@ -359,7 +359,7 @@ func testNotFound(t *testing.T, s store.Store) {
 
 func testEmptyInsert(t *testing.T, s store.Store) {
 	for _, recs := range [][]*record.Record{nil, {}} {
-		if err := s.Insert(t.Context(), recs); err != nil {
+		if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 			t.Errorf("Insert(%v) = %v, want nil", recs, err)
 		}
 	}
@@ -371,7 +371,7 @@ func testEmptyInsert(t *testing.T, s store.Store) {
 func testCancelledInsert(t *testing.T, s store.Store) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := s.Insert(ctx, Records(0, 3)); !errors.Is(err, context.Canceled) {
+	if err := s.Insert(ctx, store.Batch{Records: Records(0, 3)}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Insert with a cancelled context = %v, want context.Canceled", err)
 	}
 	if got := all(t, s); len(got) != 0 {
@@ -394,7 +394,7 @@ func testConcurrentInsert(t *testing.T, s store.Store) {
 				if b == batches/2 {
 					recs = append(recs, shared...)
 				}
-				if err := s.Insert(t.Context(), recs); err != nil {
+				if err := s.Insert(t.Context(), store.Batch{Records: recs}); err != nil {
 					t.Errorf("worker %d batch %d: %v", w, b, err)
 					return
 				}

@@ -14,6 +14,7 @@ import (
 	msqlite "modernc.org/sqlite"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
@@ -224,7 +225,7 @@ func insertAll(ctx context.Context, path string, cfg Config, batch int, progress
 	}()
 	for a := range full {
 		if err == nil {
-			err = s.Insert(ctx, a.ptrs[:a.n])
+			err = s.Insert(ctx, store.Batch{Records: a.ptrs[:a.n]})
 		}
 		if err != nil {
 			cancel() // drain what the generator already queued
