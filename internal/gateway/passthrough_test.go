@@ -403,3 +403,35 @@ func startSimWrapped(t *testing.T, cfg sim.Config, wrap func(http.Handler) http.
 	})
 	return srv.URL + "/v1"
 }
+
+// TestPassthroughStreamedUsage: a streamed transcription (OpenAI's
+// transcript.text.* events) is relayed byte for byte, and the usage of
+// its last event is the Record's. The upstream plays a recorded stream;
+// the query string reaches it too.
+func TestPassthroughStreamedUsage(t *testing.T) {
+	const stream = "data: {\"type\":\"transcript.text.delta\",\"delta\":\"The \"}\n\n" +
+		"data: {\"type\":\"transcript.text.delta\",\"delta\":\"meeting\"}\n\n" +
+		"data: {\"type\":\"transcript.text.done\",\"text\":\"The meeting\",\"usage\":{\"type\":\"tokens\",\"input_tokens\":14,\"input_token_details\":{\"text_tokens\":0,\"audio_tokens\":14},\"output_tokens\":45,\"total_tokens\":59}}\n\n"
+	up := newTranscriptUpstream(t, stream)
+	var seen atomic.Value
+	wrapped := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.URL.RequestURI())
+		up.srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(wrapped.Close)
+	tg := newTestGateway(t, testConfig(wrapped.URL+"/v1"))
+
+	body, ctype, _ := multipartUpload(t, 4096, true)
+	resp := post(t, tg.URL+"/v1/audio/transcriptions?timestamp_granularities=word", string(body), map[string]string{"Content-Type": ctype})
+	got := readAll(t, resp)
+	if resp.StatusCode != 200 || string(got) != stream || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("%d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), got)
+	}
+	if u := seen.Load(); u != "/v1/audio/transcriptions?timestamp_granularities=word" {
+		t.Errorf("the upstream was asked for %v", u)
+	}
+	r := tg.next(t)
+	if r.Usage.InputTokens != 14 || r.Usage.OutputTokens != 45 || r.Model != audioModel || r.ResponseBytes != int64(len(stream)) {
+		t.Errorf("record: usage %+v model %q response bytes %d", r.Usage, r.Model, r.ResponseBytes)
+	}
+}
