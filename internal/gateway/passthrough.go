@@ -205,7 +205,7 @@ func (g *Gateway) handleOther(w http.ResponseWriter, r *http.Request) {
 	rec, _, _, since, _ := g.begin(w, r, endpoint)
 	defer g.pass.count(rec)
 	g.reject(w, rec, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrUnknownURL,
-		Message: "Unknown request URL: " + r.Method + " " + echo(r.URL.Path) + "."}, since)
+		Message: "Unknown request URL: " + echo(r.Method) + " " + echo(r.URL.Path) + "."}, since)
 }
 
 // handlePassthrough relays one request under /v1/ to an upstream and
@@ -221,7 +221,7 @@ func (g *Gateway) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	if g.pass.denied(r.URL.Path) {
 		g.reject(w, rec, &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: record.ErrPathDenied,
-			Message: "The gateway does not pass " + r.Method + " " + echo(r.URL.Path) + " through (passthrough.deny)."}, since)
+			Message: "The gateway does not pass " + echo(r.Method) + " " + echo(r.URL.Path) + " through (passthrough.deny)."}, since)
 		return
 	}
 

@@ -435,3 +435,68 @@ func TestPassthroughStreamedUsage(t *testing.T) {
 		t.Errorf("record: usage %+v model %q response bytes %d", r.Usage, r.Model, r.ResponseBytes)
 	}
 }
+
+func TestPassEndpoint(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/audio/transcriptions":        "audio_transcriptions",
+		"/v1/audio/speech":                "audio_speech",
+		"/v1/audio/voices":                "audio",
+		"/v1/images/edits":                "images_edits",
+		"/v1/files/file-abc/content":      "files",
+		"/v1/chat/completions/chatcmpl-1": "chat",
+		"/v1/organization/usage/costs":    "organization",
+		"/v1/Files":                       "other",
+		"/v1/":                            "other",
+		"/v2/files":                       "other",
+		"/healthz2":                       "other",
+	} {
+		if got := passEndpoint(path); got != want {
+			t.Errorf("passEndpoint(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestMultipartModel(t *testing.T) {
+	form := func(parts ...string) []byte {
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString("--B\r\n" + p + "\r\n")
+		}
+		b.WriteString("--B--\r\n")
+		return []byte(b.String())
+	}
+	model := "Content-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-large-v3"
+	file := "Content-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF...."
+	lang := "Content-Disposition: form-data; name=\"language\"\r\n\r\nen"
+	for _, tc := range []struct {
+		name string
+		head []byte
+		want string
+	}{
+		{"model first", form(model, file), "whisper-large-v3"},
+		{"after another field", form(lang, model, file), "whisper-large-v3"},
+		{"file first", form(file, model), ""},
+		{"cut inside the model field", form(model)[:60], ""},
+		{"too long", form("Content-Disposition: form-data; name=\"model\"\r\n\r\n" + strings.Repeat("m", MaxIdentifier+1)), ""},
+		{"not multipart", []byte("{\"model\":\"x\"}"), ""},
+	} {
+		if got := multipartModel(tc.head, "B"); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzMultipartModel: whatever a client sends, reading the model ahead
+// of the file neither panics nor returns more than MaxIdentifier bytes.
+func FuzzMultipartModel(f *testing.F) {
+	f.Add([]byte("--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--B--\r\n"), "B")
+	f.Add([]byte("--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\n\x00\x01\r\n--B--"), "B")
+	f.Fuzz(func(t *testing.T, head []byte, boundary string) {
+		if boundary == "" {
+			return
+		}
+		if m := multipartModel(head, boundary); len(m) > MaxIdentifier {
+			t.Fatalf("model of %d bytes", len(m))
+		}
+	})
+}
