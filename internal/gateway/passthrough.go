@@ -155,7 +155,9 @@ func (p *passthrough) upstreamFor(rt *router, path, model string) *upstream {
 // begin starts the Record of a request the way handleInference does:
 // tollgate's id, the client's id, the trace, and who is asking. The
 // returned error is the identity's (a bad key or header), for the caller
-// to answer when it requires one.
+// to answer when it requires one. It is handleInference's prologue
+// written once more, kept apart while the agent APIs' handlers are being
+// added there; handleInference should start with it too.
 func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, endpoint string) (*record.Record, identity, traceContext, func() time.Duration, *apiError) {
 	arrival := time.Now()
 	rec := &record.Record{Arrival: arrival, Endpoint: endpoint, Attempt: 1}
@@ -490,7 +492,7 @@ func (ex *exchange) relay(rec *record.Record, u *upstream, body passBody) {
 	if ex.rate != nil {
 		ex.rate.Write(h)
 	}
-	if resp.ContentLength >= 0 {
+	if resp.ContentLength >= 0 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified && resp.StatusCode >= 200 {
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	ex.w.WriteHeader(resp.StatusCode)
