@@ -168,10 +168,10 @@ func New(o Options) (*Gateway, error) {
 		stop:     make(chan struct{}),
 	}
 	g.observers = append([]Observer{{Name: "metrics", Observe: o.Metrics.Observe}}, o.Observers...)
-	g.pass = newPassthrough(o.Config.Passthrough, g.routes)
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
+	g.pass = newPassthrough(o.Config.Passthrough, g.routes)
 	if o.Registerer != nil {
 		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes), g.pass.requests) {
 			if err := o.Registerer.Register(c); err != nil {
