@@ -19,7 +19,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(args) > 0 && args[0] == "show" {
 		return runRequestsShow(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--client-id ID] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
+	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--client-id ID] [--endpoint E] [--end-user U] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	limit := fs.Int("limit", 20, "how many requests, newest first")
 	asJSON := fs.Bool("json", false, "one JSON record per line instead of a table")
@@ -30,6 +30,8 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.TraceID, "trace", "", "only this trace id")
 	fs.StringVar(&f.ClientRequestID, "client-id", "", "only requests that sent this X-Request-Id (tollgate's own id is the one `requests show` takes)")
 	fs.StringVar(&f.TemplateID, "template", "", "only this prompt template id")
+	fs.StringVar(&f.Endpoint, "endpoint", "", "only this API: chat, completions, embeddings, responses, messages, count_tokens")
+	fs.StringVar(&f.EndUser, "end-user", "", "only requests whose body named this end user (user, safety_identifier, metadata.user_id)")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
 	if err := parseFlags(fs, args); err != nil {

@@ -210,6 +210,8 @@ var ledger = []column{
 	strCol("error_message", false, func(r *record.Record) *string { return &r.ErrorMessage }),
 	strCol("finish_reason", true, func(r *record.Record) *string { return &r.FinishReason }),
 	strCol("response_id", false, func(r *record.Record) *string { return &r.ResponseID }),
+	strCol("end_user", false, func(r *record.Record) *string { return &r.EndUser }),
+	strCol("native_finish_reason", true, func(r *record.Record) *string { return &r.NativeFinish }),
 	i64Col("response_bytes", func(r *record.Record) *int64 { return &r.ResponseBytes }),
 	intCol("content_chunks", func(r *record.Record) *int { return &r.ContentChunks }),
 	intCol("first_chunk_bytes", func(r *record.Record) *int { return &r.FirstChunkBytes }),

@@ -181,6 +181,12 @@ var migrations = []string{
 	`ALTER TABLE requests ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE requests ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0;`,
+	// 16: the end user a request's body named (an agent's customer) and
+	// the API's own finish reason (Anthropic's stop_reason, Responses'
+	// status). The index is partial, as 11's: most requests name none.
+	`ALTER TABLE requests ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN native_finish_reason TEXT NOT NULL DEFAULT '';
+	CREATE INDEX requests_end_user ON requests (end_user, arrival) WHERE end_user != '';`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -309,6 +315,8 @@ var ledger = []column{
 	{"error_message", func(r *record.Record) any { return r.ErrorMessage }, func(r *record.Record, _ *scratch) any { return &r.ErrorMessage }},
 	{"finish_reason", func(r *record.Record) any { return r.FinishReason }, func(r *record.Record, _ *scratch) any { return &r.FinishReason }},
 	{"response_id", func(r *record.Record) any { return r.ResponseID }, func(r *record.Record, _ *scratch) any { return &r.ResponseID }},
+	{"end_user", func(r *record.Record) any { return r.EndUser }, func(r *record.Record, _ *scratch) any { return &r.EndUser }},
+	{"native_finish_reason", func(r *record.Record) any { return r.NativeFinish }, func(r *record.Record, _ *scratch) any { return &r.NativeFinish }},
 	{"response_bytes", func(r *record.Record) any { return r.ResponseBytes }, func(r *record.Record, _ *scratch) any { return &r.ResponseBytes }},
 	{"content_chunks", func(r *record.Record) any { return int64(r.ContentChunks) }, func(r *record.Record, _ *scratch) any { return &r.ContentChunks }},
 	{"first_chunk_bytes", func(r *record.Record) any { return int64(r.FirstChunkBytes) }, func(r *record.Record, _ *scratch) any { return &r.FirstChunkBytes }},
