@@ -94,6 +94,7 @@ type clientRequest struct {
 	Messages            json.RawMessage `json:"messages"`
 	Prompt              json.RawMessage `json:"prompt"`
 	Input               json.RawMessage `json:"input"`
+	agentFields
 }
 
 type streamOptions struct {
@@ -151,7 +152,13 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 		if len(prompt) == 0 {
 			return nil, badRequest("input", "you must provide an input")
 		}
+	case endpointResponses, endpointMessages, endpointCountTokens:
+		var e *apiError
+		if prompt, e = agentRequest(endpoint, &cr, rec); e != nil {
+			return nil, e
+		}
 	}
+	rec.EndUser = cr.endUser()
 	// The prompt is identified by hash and size only: its text is never kept.
 	sum := sha256.Sum256(prompt)
 	rec.PromptSHA256 = hex.EncodeToString(sum[:])
