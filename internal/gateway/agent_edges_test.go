@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/sim"
 )
 
 // A Messages stream as Anthropic's newer API sends it: message_delta
@@ -178,6 +179,30 @@ func TestAnthropicUpstream(t *testing.T) {
 	resp := post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
 	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), "engine anthropic") {
 		t.Errorf("chat to anthropic: %d %s", resp.StatusCode, b)
+	}
+	tg.next(t)
+}
+
+// TestCountTokens: Anthropic's token counting is passed through and
+// recorded, with no tokens used; its errors are in Anthropic's shape.
+func TestCountTokens(t *testing.T) {
+	se := startSim(t, sim.Config{})
+	tg := simGateway(t, se)
+	resp := post(t, tg.URL+"/v1/messages/count_tokens", `{"model":"`+simModel+`","system":"Be brief.","messages":[{"role":"user","content":"How many tokens is this?"}]}`, nil)
+	b := readAll(t, resp)
+	var n struct {
+		InputTokens int64 `json:"input_tokens"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &n) != nil || n.InputTokens == 0 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	r := tg.next(t)
+	if r.Endpoint != endpointCountTokens || r.Status != 200 || r.Usage.Total() != 0 || r.Usage.Source != record.SourceNone || r.PromptBytes == 0 {
+		t.Errorf("recorded %q %d usage %+v prompt %d bytes", r.Endpoint, r.Status, r.Usage, r.PromptBytes)
+	}
+	resp = post(t, tg.URL+"/v1/messages/count_tokens", `{"model":"`+simModel+`","messages":[]}`, nil)
+	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), `{"type":"error","error":{"type":"invalid_request_error"`) {
+		t.Errorf("empty messages: %d %s", resp.StatusCode, b)
 	}
 	tg.next(t)
 }
