@@ -108,7 +108,8 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 	if err := json.Unmarshal(body, &cr); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, badRequest(te.Field, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+			f := strings.TrimPrefix(te.Field, "agentFields.") // the embedded struct is no part of the API
+			return nil, badRequest(f, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", f, jsonKind(te.Type.Kind().String()), te.Value))
 		}
 		return nil, badRequest("", "We could not parse the JSON body of your request: "+err.Error())
 	}
