@@ -134,17 +134,19 @@ func agentRequest(endpoint string, cr *clientRequest, rec *record.Record) (promp
 	f := &cr.agentFields
 	switch endpoint {
 	case endpointResponses:
-		if len(cr.Input) == 0 || (cr.Input[0] != '"' && cr.Input[0] != '[') {
+		// input may be left out (a stored prompt, a conversation carry
+		// it); when given it is text or a list of items.
+		if len(cr.Input) > 0 && cr.Input[0] != '"' && cr.Input[0] != '[' && string(cr.Input) != "null" {
 			return nil, badRequest("input", "'input' must be a string or an array of input items")
 		}
 		rec.MaxTokens = f.MaxOutputTokens
 		prompt = concat(f.Instructions, cr.Input)
-		if cr.Input[0] == '[' {
+		if len(cr.Input) > 0 && cr.Input[0] == '[' {
 			var items []json.RawMessage
 			if json.Unmarshal(cr.Input, &items) == nil {
 				rec.Messages = len(items)
 			}
-		} else {
+		} else if len(cr.Input) > 0 && cr.Input[0] == '"' {
 			rec.Messages = 1
 		}
 	case endpointMessages, endpointCountTokens:

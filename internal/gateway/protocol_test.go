@@ -17,6 +17,7 @@ func TestEndUser(t *testing.T) {
 		{"chat", `{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u-1"}`, "u-1"},
 		{"chat", `{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u-1","safety_identifier":"s-1"}`, "s-1"},
 		{"responses", `{"model":"m","input":"x","metadata":{"user_id":"meta-1"}}`, "meta-1"},
+		{"responses", `{"model":"m","prompt":{"id":"pmpt_1"},"user":"no-input"}`, "no-input"}, // input is optional
 		{"responses", `{"model":"m","input":"x","metadata":{"user":"meta-2"}}`, "meta-2"},
 		{"responses", `{"model":"m","input":"x","user":"","metadata":{"user_id":7}}`, ""},
 		{"messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"ant-1"}}`, "ant-1"},
@@ -38,7 +39,6 @@ func TestEndUser(t *testing.T) {
 // field.
 func TestAgentRequestRefusals(t *testing.T) {
 	tests := []struct{ endpoint, body, param string }{
-		{"responses", `{"model":"m"}`, "input"},
 		{"responses", `{"model":"m","input":{"a":1}}`, "input"},
 		{"messages", `{"model":"m","max_tokens":1,"messages":[]}`, "messages"},
 		{"messages", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, "max_tokens"},

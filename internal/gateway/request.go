@@ -71,7 +71,7 @@ func (a *auth) identify(r *http.Request) (identity, *apiError) {
 	}
 	if key == "" {
 		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: "Missing API key. Send it as 'Authorization: Bearer <key>'."}
+			Message: "Missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
 	}
 	id, ok := a.byHash[config.HashKey(key)]
 	if !ok {
