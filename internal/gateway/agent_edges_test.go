@@ -206,3 +206,39 @@ func TestCountTokens(t *testing.T) {
 	}
 	tg.next(t)
 }
+
+// TestAgentRetryKeepsEndUser: a Messages request retried on another
+// upstream after an error keeps its end user on every attempt's Record.
+func TestAgentRetryKeepsEndUser(t *testing.T) {
+	broken := startSim(t, sim.Config{Faults: sim.Faults{ErrorRate: 1}})
+	good := startSim(t, sim.Config{})
+	cfg := testConfig(good.URL)
+	cfg.Upstreams = []config.Upstream{
+		{Name: "broken", URL: broken.URL, Engine: "vllm", Models: []string{simModel}},
+		{Name: "good", URL: good.URL, Engine: "vllm", Models: []string{simModel}},
+	}
+	cfg.Retry.OnStatus = []int{500}
+	tg := newTestGateway(t, cfg)
+	req := `{"model":"` + simModel + `","max_tokens":64,"metadata":{"user_id":"cust-r"},"messages":[{"role":"user","content":"hi"}]}`
+	retried := false
+	for range 2 { // one of the two starts at "broken"
+		resp := post(t, tg.URL+"/v1/messages", req, nil)
+		if b := readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		r := tg.next(t)
+		if r.Upstream == "broken" {
+			retried = true
+			if r.EndUser != "cust-r" || r.Status != 500 {
+				t.Errorf("failed attempt: end user %q status %d", r.EndUser, r.Status)
+			}
+			r = tg.next(t)
+		}
+		if r.EndUser != "cust-r" || r.Status != 200 || r.Usage.OutputTokens == 0 {
+			t.Errorf("attempt %d on %s: end user %q status %d usage %+v", r.Attempt, r.Upstream, r.EndUser, r.Status, r.Usage)
+		}
+	}
+	if !retried {
+		t.Error("no request started at the broken upstream")
+	}
+}

@@ -434,7 +434,7 @@ func retryRecord(first *record.Record, i int) *record.Record {
 		TraceID: first.TraceID, SpanID: newSpanID(), ParentSpanID: first.ParentSpanID,
 		UserID: first.UserID, KeyID: first.KeyID, Team: first.Team, BizLine: first.BizLine,
 		SessionID: first.SessionID, TemplateID: first.TemplateID, Tags: first.Tags,
-		Endpoint: first.Endpoint, Model: first.Model,
+		Endpoint: first.Endpoint, Model: first.Model, EndUser: first.EndUser,
 		Stream: first.Stream, IncludeUsage: first.IncludeUsage, MaxTokens: first.MaxTokens,
 		Temperature: first.Temperature, TopP: first.TopP, PromptSHA256: first.PromptSHA256,
 		PromptBytes: first.PromptBytes, Messages: first.Messages, RequestBytes: first.RequestBytes,

@@ -326,6 +326,13 @@ const UpstreamHeader = "X-Tollgate-Upstream"
 // speaking keeps the candidates that serve endpoint; when none does, the
 // error names them.
 func speaking(endpoint string, cands []*upstream) ([]*upstream, *apiError) {
+	all := true
+	for _, u := range cands {
+		all = all && speaks(u.cfg.Engine, endpoint)
+	}
+	if all { // the usual case: no copy on the request path
+		return cands, nil
+	}
 	var out []*upstream
 	for _, u := range cands {
 		if speaks(u.cfg.Engine, endpoint) {
