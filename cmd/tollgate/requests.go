@@ -158,6 +158,9 @@ func printReport(w io.Writer, r *record.Record) {
 	kv("key id", dash(r.KeyID))
 	kv("session", dash(r.SessionID))
 	kv("template", dash(r.TemplateID))
+	if r.EndUser != "" {
+		kv("end user", r.EndUser)
+	}
 	if len(r.Tags) > 0 {
 		kv("tags", r.Tags)
 	}
@@ -189,10 +192,16 @@ func printReport(w io.Writer, r *record.Record) {
 	u := r.Usage
 	if u.InputKnown() {
 		kv("input tokens", fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens))
+		if u.CacheWriteTokens > 0 {
+			kv("cache writes", fmt.Sprintf("%d (1h %d)", u.CacheWriteTokens, u.CacheWrite1hTokens))
+		}
 	} else {
 		kv("input tokens", "unknown (the engine reported none and no tokenizer counted the prompt)")
 	}
 	kv("output tokens", fmt.Sprintf("%d (reasoning %d)", u.OutputTokens, u.ReasoningTokens))
+	if u.ToolCalls > 0 {
+		kv("tool calls", u.ToolCalls)
+	}
 	if u.InputKnown() {
 		kv("total", u.Total())
 	} else {
@@ -246,7 +255,11 @@ func printReport(w io.Writer, r *record.Record) {
 	if r.ErrorMessage != "" {
 		kv("error", r.ErrorMessage)
 	}
-	kv("finish reason", dash(r.FinishReason))
+	if r.NativeFinish != "" {
+		kv("finish reason", fmt.Sprintf("%s (the API's own: %s)", dash(r.FinishReason), r.NativeFinish))
+	} else {
+		kv("finish reason", dash(r.FinishReason))
+	}
 	kv("response bytes", r.ResponseBytes)
 	kv("content chunks", r.ContentChunks)
 	kv("retries before", r.Retries)
