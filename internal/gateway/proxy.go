@@ -482,7 +482,6 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		applyAnswer(rec, a, 0)
 		rec.ContentBytes = int64(a.Content)
 	} else if ok && rec.Endpoint != endpointCountTokens { // counting tokens generates none: no first token
-
 		rec.Marks.FirstUpstreamToken = ex.since()
 		pr, perr := usage.ParseResponse(body)
 		if perr != nil {
