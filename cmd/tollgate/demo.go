@@ -151,7 +151,7 @@ func freeAddr() string {
 
 // demoTraffic sends a mix of requests: a shared system prompt (prefix
 // cache hits), streamed and not, short max_tokens (finish_reason=length),
-// several templates. It returns how many were sent and how many failed.
+// several templates, and the agent APIs (demoRequest). It returns how many were sent and how many failed.
 func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Writer) (sent, failed int64) {
 	var wg sync.WaitGroup
 	var nSent, nFailed atomic.Int64
@@ -176,16 +176,7 @@ loop:
 		case <-tick.C:
 		}
 		u := demoUsers[rng.IntN(len(demoUsers))]
-		q := questions[rng.IntN(len(questions))]
-		body := map[string]any{
-			"model":    demoModel,
-			"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": q + strings.Repeat(" Please add detail.", rng.IntN(20))}},
-			"stream":   rng.IntN(4) != 0,
-		}
-		if rng.IntN(6) == 0 {
-			body["max_tokens"] = 16
-		}
-		b, _ := json.Marshal(body)
+		path, b, hdr := demoRequest(rng, system, questions)
 		tmpl := templates[rng.IntN(len(templates))]
 		select {
 		case sem <- struct{}{}:
@@ -198,7 +189,10 @@ loop:
 			defer wg.Done()
 			defer func() { <-sem }()
 			// Requests in flight are let finish: a demo stop is not a crash.
-			req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
+			req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, base+path, bytes.NewReader(b))
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
 			req.Header.Set("Authorization", "Bearer "+u.key)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Tollgate-Template", tmpl)
@@ -209,7 +203,8 @@ loop:
 			}
 			out, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if err != nil || resp.StatusCode != 200 || bytes.Contains(out, []byte(`"error":`)) {
+			// An error object, not the "error":null every Responses answer carries.
+			if err != nil || resp.StatusCode != 200 || bytes.Contains(out, []byte(`"error":{`)) {
 				nFailed.Add(1)
 			}
 		}()
@@ -217,3 +212,51 @@ loop:
 	wg.Wait()
 	return nSent.Load(), nFailed.Load()
 }
+
+// demoRequest is one request of the demo's mix: chat mostly, and a fifth
+// each of OpenAI's Responses API and Anthropic's Messages API, as agents
+// send them — an end user named in the body, a tool the model may call,
+// sometimes reasoning, and for Messages a system prompt marked for the
+// prompt cache, so the ledger shows cache writes and reads.
+func demoRequest(rng *rand.Rand, system string, questions []string) (path string, body []byte, hdr map[string]string) {
+	q := questions[rng.IntN(len(questions))]
+	stream := rng.IntN(4) != 0
+	endUser := fmt.Sprintf("shopper-%d", rng.IntN(12))
+	switch n := rng.IntN(10); {
+	case n < 2:
+		b := map[string]any{"model": demoModel, "instructions": system, "input": q, "stream": stream, "safety_identifier": endUser,
+			"tools": []any{map[string]any{"type": "function", "name": "track_order", "description": "Where an order is",
+				"parameters": map[string]any{"type": "object", "required": []string{"order_id"}, "properties": map[string]any{"order_id": map[string]any{"type": "string"}}}}}}
+		if rng.IntN(3) == 0 {
+			b["reasoning"] = map[string]any{"effort": "low", "summary": "auto"}
+		}
+		body, _ = json.Marshal(b)
+		return "/v1/responses", body, nil
+	case n < 4:
+		b := map[string]any{"model": demoModel, "max_tokens": 512, "stream": stream, "metadata": map[string]any{"user_id": endUser},
+			"system": []any{map[string]any{"type": "text", "text": demoCachedSystem, "cache_control": map[string]any{"type": "ephemeral"}}},
+			"tools": []any{map[string]any{"name": "track_order", "description": "Where an order is",
+				"input_schema": map[string]any{"type": "object", "required": []string{"order_id"}, "properties": map[string]any{"order_id": map[string]any{"type": "string"}}}}},
+			"messages": []any{map[string]any{"role": "user", "content": q}}}
+		if rng.IntN(3) == 0 {
+			b["thinking"], b["max_tokens"] = map[string]any{"type": "enabled", "budget_tokens": 1024}, 2048
+		}
+		body, _ = json.Marshal(b)
+		return "/v1/messages", body, map[string]string{"Anthropic-Version": "2023-06-01"}
+	}
+	b := map[string]any{
+		"model":    demoModel,
+		"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": q + strings.Repeat(" Please add detail.", rng.IntN(20))}},
+		"stream":   stream,
+		"user":     endUser,
+	}
+	if rng.IntN(6) == 0 {
+		b["max_tokens"] = 16
+	}
+	body, _ = json.Marshal(b)
+	return "/v1/chat/completions", body, nil
+}
+
+// demoCachedSystem is long enough (over 1024 tokens) for Anthropic's
+// prompt cache.
+var demoCachedSystem = "You are the shop's order assistant. " + strings.Repeat("Check the order, the policy and the stock before you answer. ", 120)

@@ -19,7 +19,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(args) > 0 && args[0] == "show" {
 		return runRequestsShow(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--client-id ID] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
+	fs := newFlagSet("requests", "requests [--db PATH | --config FILE] [--limit N] [--json] [--user U] [--biz B] [--model M] [--client-id ID] [--endpoint E] [--end-user U] [--errors] [--slow DURATION]\n       tollgate requests show [--db PATH | --config FILE] [--json] ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	limit := fs.Int("limit", 20, "how many requests, newest first")
 	asJSON := fs.Bool("json", false, "one JSON record per line instead of a table")
@@ -30,6 +30,8 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.TraceID, "trace", "", "only this trace id")
 	fs.StringVar(&f.ClientRequestID, "client-id", "", "only requests that sent this X-Request-Id (tollgate's own id is the one `requests show` takes)")
 	fs.StringVar(&f.TemplateID, "template", "", "only this prompt template id")
+	fs.StringVar(&f.Endpoint, "endpoint", "", "only this API: chat, completions, embeddings, responses, messages, count_tokens")
+	fs.StringVar(&f.EndUser, "end-user", "", "only requests whose body named this end user (user, safety_identifier, metadata.user_id)")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
 	if err := parseFlags(fs, args); err != nil {
@@ -156,6 +158,9 @@ func printReport(w io.Writer, r *record.Record) {
 	kv("key id", dash(r.KeyID))
 	kv("session", dash(r.SessionID))
 	kv("template", dash(r.TemplateID))
+	if r.EndUser != "" {
+		kv("end user", r.EndUser)
+	}
 	if len(r.Tags) > 0 {
 		kv("tags", r.Tags)
 	}
@@ -187,10 +192,16 @@ func printReport(w io.Writer, r *record.Record) {
 	u := r.Usage
 	if u.InputKnown() {
 		kv("input tokens", fmt.Sprintf("%d (cached %d)", u.InputTokens, u.CachedInputTokens))
+		if u.CacheWriteTokens > 0 {
+			kv("cache writes", fmt.Sprintf("%d (1h %d)", u.CacheWriteTokens, u.CacheWrite1hTokens))
+		}
 	} else {
 		kv("input tokens", "unknown (the engine reported none and no tokenizer counted the prompt)")
 	}
 	kv("output tokens", fmt.Sprintf("%d (reasoning %d)", u.OutputTokens, u.ReasoningTokens))
+	if u.ToolCalls > 0 {
+		kv("tool calls", u.ToolCalls)
+	}
 	if u.InputKnown() {
 		kv("total", u.Total())
 	} else {
@@ -244,7 +255,11 @@ func printReport(w io.Writer, r *record.Record) {
 	if r.ErrorMessage != "" {
 		kv("error", r.ErrorMessage)
 	}
-	kv("finish reason", dash(r.FinishReason))
+	if r.NativeFinish != "" {
+		kv("finish reason", fmt.Sprintf("%s (the API's own: %s)", dash(r.FinishReason), r.NativeFinish))
+	} else {
+		kv("finish reason", dash(r.FinishReason))
+	}
 	kv("response bytes", r.ResponseBytes)
 	kv("content chunks", r.ContentChunks)
 	kv("retries before", r.Retries)

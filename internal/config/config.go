@@ -20,7 +20,7 @@ import (
 )
 
 // Engine kinds tollgate knows how to read signals from.
-var EngineKinds = []string{"vllm", "sglang", "tgi", "llamacpp", "ollama", "openai"}
+var EngineKinds = []string{"vllm", "sglang", "tgi", "llamacpp", "ollama", "openai", "anthropic"}
 
 // Config is the whole configuration.
 type Config struct {

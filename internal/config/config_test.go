@@ -22,7 +22,7 @@ func TestBadConfigs(t *testing.T) {
 	cases := map[string]string{
 		"unknown_top.bad.yml":             "lisen: unknown key (line 2)",
 		"unknown_nested.bad.yml":          "upstreams[0].timeouts.idel: unknown key (line 6)",
-		"bad_engine.bad.yml":              `upstreams[0].engine: must be one of vllm, sglang, tgi, llamacpp, ollama, openai; got "triton"`,
+		"bad_engine.bad.yml":              `upstreams[0].engine: must be one of vllm, sglang, tgi, llamacpp, ollama, openai, anthropic; got "triton"`,
 		"bad_url.bad.yml":                 `upstreams[0].url: must be an absolute http(s) URL such as http://127.0.0.1:8000/v1; got "127.0.0.1:8000"`,
 		"missing_env.bad.yml":             "upstreams[0].api_key: environment variable TOLLGATE_TEST_UNSET_KEY is not set (line 5)",
 		"two_upstreams_no_models.bad.yml": "upstreams[0].models: must list the models it serves when there are several upstreams",

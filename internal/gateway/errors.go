@@ -49,9 +49,13 @@ func (e *apiError) body() []byte {
 	return b
 }
 
-// writeError is the one adapter from a gateway error to the wire.
+// writeError is the one adapter from a gateway error to the wire: in
+// OpenAI's shape, or Anthropic's on its API's paths (anthropicErrors).
 func writeError(w http.ResponseWriter, e *apiError) int {
 	b := e.body()
+	if _, ok := w.(anthropicErrors); ok {
+		b = e.anthropicBody()
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))

@@ -196,6 +196,7 @@ func New(o Options) (*Gateway, error) {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "completions") })
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) { g.handleInference(w, r, "embeddings") })
 	mux.HandleFunc("GET /v1/models", g.handleModels)
+	g.agentRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", g.handleReady)
 	if o.MetricsHandler != nil {
@@ -268,6 +269,9 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	arrival := time.Now()
 	g.metrics.InFlight().Inc()
 	defer g.metrics.InFlight().Dec()
+	if anthropicAPI(endpoint) {
+		w = anthropicErrors{w}
+	}
 
 	rec := &record.Record{Arrival: arrival, Endpoint: endpoint, Attempt: 1}
 	since := func() time.Duration { return max(time.Since(arrival), 1) }
@@ -328,8 +332,12 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}, since)
 		return
 	}
+	if cands, aerr = speaking(endpoint, cands); aerr != nil {
+		g.reject(w, rec, aerr, since)
+		return
+	}
 	var ck [32]byte
-	if g.cache != nil && !rec.Stream {
+	if g.cache != nil && !rec.Stream && !agentAPI(endpoint) {
 		scope := rec.KeyID
 		if g.cfg.ResponseCache.Scope == "global" {
 			scope = ""
@@ -356,13 +364,13 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 
 	upBody := body
 	injected := false
-	if rec.Stream && !rec.IncludeUsage {
+	if rec.Stream && !rec.IncludeUsage && !agentAPI(endpoint) {
 		if b, err := withIncludeUsage(body, cr); err == nil {
 			upBody, injected = b, true
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: ct != nil || loading, injected: injected, trace: tc, since: since, cacheKey: ck,
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: (ct != nil || loading) && !agentAPI(endpoint), injected: injected, trace: tc, since: since, cacheKey: ck,
 		prio: g.prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
 	if adm != nil {
 		ex.rate = adm.rate
@@ -427,7 +435,7 @@ func retryRecord(first *record.Record, i int) *record.Record {
 		TraceID: first.TraceID, SpanID: newSpanID(), ParentSpanID: first.ParentSpanID,
 		UserID: first.UserID, KeyID: first.KeyID, Team: first.Team, BizLine: first.BizLine,
 		SessionID: first.SessionID, TemplateID: first.TemplateID, Tags: first.Tags,
-		Endpoint: first.Endpoint, Model: first.Model,
+		Endpoint: first.Endpoint, Model: first.Model, EndUser: first.EndUser,
 		Stream: first.Stream, IncludeUsage: first.IncludeUsage, MaxTokens: first.MaxTokens,
 		Temperature: first.Temperature, TopP: first.TopP, PromptSHA256: first.PromptSHA256,
 		PromptBytes: first.PromptBytes, Messages: first.Messages, RequestBytes: first.RequestBytes,

@@ -37,6 +37,10 @@ var endpointPath = map[string]string{
 	"chat":        "/chat/completions",
 	"completions": "/completions",
 	"embeddings":  "/embeddings",
+	// The agent APIs (protocol.go).
+	endpointResponses:   "/responses",
+	endpointMessages:    "/messages",
+	endpointCountTokens: "/messages/count_tokens",
 }
 
 // exchange is one logical request's trip through the gateway; attempt is
@@ -193,6 +197,9 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 	if u.cfg.APIKey != "" || ex.g.auth.open {
 		setUpstreamAuth(req, ex.r, u)
 	}
+	if u.cfg.Engine == "anthropic" && req.Header.Get("Anthropic-Version") == "" {
+		req.Header.Set("Anthropic-Version", AnthropicVersion)
+	}
 
 	var getConn time.Duration
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
@@ -220,7 +227,9 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 		ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+u.cfg.Name+" answered "+strconv.Itoa(resp.StatusCode))
 		return true
 	}
-	if resp.StatusCode < 400 && isEventStream(resp.Header) {
+	if p := newEventParser(rec.Endpoint); p != nil && resp.StatusCode < 400 && isEventStream(resp.Header) {
+		ex.streamEvents(ctx, rec, resp, wd, p)
+	} else if resp.StatusCode < 400 && isEventStream(resp.Header) {
 		ex.streamResponse(ctx, rec, resp, wd, u)
 	} else {
 		wd.stop()
@@ -463,7 +472,16 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		ex.capBuf.resp = body
 	}
 	ok := resp.StatusCode < 400
-	if ok {
+	if parse := answerParser(rec.Endpoint); ok && parse != nil {
+		rec.Marks.FirstUpstreamToken = ex.since()
+		a, perr := parse(body)
+		if perr != nil {
+			ex.fail(rec, http.StatusBadGateway, record.ErrMalformed, "upstream "+rec.Upstream+" sent a response that is not valid JSON")
+			return
+		}
+		applyAnswer(rec, a, 0)
+		rec.ContentBytes = int64(a.Content)
+	} else if ok && rec.Endpoint != endpointCountTokens { // counting tokens generates none: no first token
 		rec.Marks.FirstUpstreamToken = ex.since()
 		pr, perr := usage.ParseResponse(body)
 		if perr != nil {
@@ -525,7 +543,9 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+rec.Upstream+" answered "+strconv.Itoa(resp.StatusCode))
 	default:
 		at := ex.since()
-		rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
+		if rec.Endpoint != endpointCountTokens {
+			rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
+		}
 		ex.record(rec, resp.StatusCode, record.ErrNone, "")
 		if c := ex.g.cache; c != nil && ex.cacheKey != ([32]byte{}) && resp.StatusCode == http.StatusOK {
 			c.put(ex.cacheKey, body, resp.Header.Get("Content-Type"))

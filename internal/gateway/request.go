@@ -71,7 +71,7 @@ func (a *auth) identify(r *http.Request) (identity, *apiError) {
 	}
 	if key == "" {
 		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: "Missing API key. Send it as 'Authorization: Bearer <key>'."}
+			Message: "Missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
 	}
 	id, ok := a.byHash[config.HashKey(key)]
 	if !ok {
@@ -94,6 +94,7 @@ type clientRequest struct {
 	Messages            json.RawMessage `json:"messages"`
 	Prompt              json.RawMessage `json:"prompt"`
 	Input               json.RawMessage `json:"input"`
+	agentFields
 }
 
 type streamOptions struct {
@@ -107,7 +108,8 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 	if err := json.Unmarshal(body, &cr); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, badRequest(te.Field, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+			f := strings.TrimPrefix(te.Field, "agentFields.") // the embedded struct is no part of the API
+			return nil, badRequest(f, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", f, jsonKind(te.Type.Kind().String()), te.Value))
 		}
 		return nil, badRequest("", "We could not parse the JSON body of your request: "+err.Error())
 	}
@@ -151,7 +153,13 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 		if len(prompt) == 0 {
 			return nil, badRequest("input", "you must provide an input")
 		}
+	case endpointResponses, endpointMessages, endpointCountTokens:
+		var e *apiError
+		if prompt, e = agentRequest(endpoint, &cr, rec); e != nil {
+			return nil, e
+		}
 	}
+	rec.EndUser = cr.endUser()
 	// The prompt is identified by hash and size only: its text is never kept.
 	sum := sha256.Sum256(prompt)
 	rec.PromptSHA256 = hex.EncodeToString(sum[:])

@@ -169,13 +169,25 @@ func (g *Gateway) forwardModels(w http.ResponseWriter, r *http.Request, u *upstr
 // gateway). A tollgate key is never forwarded when tollgate checks keys.
 func setUpstreamAuth(req, client *http.Request, u *upstream) {
 	if u.cfg.APIKey != "" {
+		if u.cfg.Engine == "anthropic" {
+			req.Header.Set("X-Api-Key", u.cfg.APIKey) // Anthropic's API takes no bearer token
+			return
+		}
 		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
 		return
 	}
 	if v := client.Header.Get("Authorization"); v != "" {
 		req.Header.Set("Authorization", v)
 	}
+	if v := client.Header.Get("X-Api-Key"); v != "" {
+		req.Header.Set("X-Api-Key", v) // Anthropic's SDKs send their key so
+	}
 }
+
+// AnthropicVersion is the anthropic-version header sent to an upstream of
+// engine anthropic when the client sent none (Anthropic's API requires
+// one); a client's own is forwarded unchanged, as anthropic-beta is.
+const AnthropicVersion = "2023-06-01"
 
 // hop-by-hop headers (RFC 9110 §7.6.1) and those the gateway sets itself.
 var skipResponseHeaders = map[string]bool{

@@ -64,13 +64,15 @@ const (
 
 // strs lists the string fields in the binary form's order. The encoder
 // and the decoder share it, so they cannot drift apart.
-func (r *Record) strs() [25]*string {
+func (r *Record) strs() [27]*string {
 	return [...]*string{&r.RequestID, &r.LogicalRequestID, &r.TraceID, &r.SpanID, &r.UserID, &r.KeyID, &r.Team,
 		&r.BizLine, &r.SessionID, &r.TemplateID, &r.Endpoint, &r.Model, &r.ServedModel,
 		&r.Upstream, &r.Engine, &r.PromptSHA256, &r.ErrorType, &r.ErrorMessage,
 		&r.FinishReason, (*string)(&r.Usage.Source), &r.Cost.Currency, &r.Cost.PriceVersion,
 		// v2
-		&r.ClientRequestID, &r.ParentSpanID, &r.ResponseID}
+		&r.ClientRequestID, &r.ParentSpanID, &r.ResponseID,
+		// added after v2 appeared, at the end
+		&r.EndUser, &r.NativeFinish}
 }
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the

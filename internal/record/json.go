@@ -28,6 +28,7 @@ type jsonRecord struct {
 	TemplateID       string            `json:"template_id,omitempty"`
 	Tags             map[string]string `json:"tags,omitempty"`
 	Endpoint         string            `json:"endpoint"`
+	EndUser          string            `json:"end_user,omitempty"`
 	Model            string            `json:"model"`
 	ServedModel      string            `json:"served_model,omitempty"`
 	Upstream         string            `json:"upstream"`
@@ -48,6 +49,7 @@ type jsonRecord struct {
 	ErrorType        string `json:"error_type"`
 	ErrorMessage     string `json:"error_message,omitempty"`
 	FinishReason     string `json:"finish_reason"`
+	NativeFinish     string `json:"native_finish_reason,omitempty"`
 	ResponseID       string `json:"response_id,omitempty"`
 	ResponseBytes    int64  `json:"response_bytes"`
 	ContentChunks    int    `json:"content_chunks,omitempty"`
@@ -197,12 +199,12 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		RequestID: r.RequestID, LogicalRequestID: r.LogicalRequestID, ClientRequestID: r.ClientRequestID, Attempt: r.Attempt,
 		TraceID: r.TraceID, SpanID: r.SpanID, ParentSpanID: r.ParentSpanID, UserID: r.UserID, KeyID: r.KeyID, Team: r.Team,
 		BizLine: r.BizLine, SessionID: r.SessionID, TemplateID: r.TemplateID, Tags: r.Tags,
-		Endpoint: r.Endpoint, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
+		Endpoint: r.Endpoint, EndUser: r.EndUser, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
 		Stream: r.Stream, IncludeUsage: r.IncludeUsage, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
 		TopP: r.TopP, PromptSHA256: r.PromptSHA256, PromptBytes: r.PromptBytes, Messages: r.Messages,
 		RequestBytes: r.RequestBytes,
 		Status:       r.Status, UpstreamStatus: r.UpstreamStatus, ErrorType: r.ErrorType, ErrorMessage: r.ErrorMessage,
-		FinishReason: r.FinishReason, ResponseID: r.ResponseID, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
+		FinishReason: r.FinishReason, NativeFinish: r.NativeFinish, ResponseID: r.ResponseID, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
 		FirstChunkBytes: r.FirstChunkBytes, ContentBytes: r.ContentBytes,
 		ClientDisconnect: r.ClientDisconnect, Retries: r.Retries, CacheHit: r.CacheHit,
 		PrefixCacheHit: r.Usage.CachedInputTokens > 0,
@@ -250,12 +252,12 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		RequestID: j.RequestID, LogicalRequestID: j.LogicalRequestID, ClientRequestID: j.ClientRequestID, Attempt: j.Attempt,
 		TraceID: j.TraceID, SpanID: j.SpanID, ParentSpanID: j.ParentSpanID, UserID: j.UserID, KeyID: j.KeyID, Team: j.Team,
 		BizLine: j.BizLine, SessionID: j.SessionID, TemplateID: j.TemplateID, Tags: j.Tags,
-		Endpoint: j.Endpoint, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,
+		Endpoint: j.Endpoint, EndUser: j.EndUser, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,
 		Stream: j.Stream, IncludeUsage: j.IncludeUsage, MaxTokens: j.MaxTokens, Temperature: j.Temperature,
 		TopP: j.TopP, PromptSHA256: j.PromptSHA256, PromptBytes: j.PromptBytes, Messages: j.Messages,
 		RequestBytes: j.RequestBytes,
 		Status:       j.Status, UpstreamStatus: j.UpstreamStatus, ErrorType: j.ErrorType, ErrorMessage: j.ErrorMessage,
-		FinishReason: j.FinishReason, ResponseID: j.ResponseID, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
+		FinishReason: j.FinishReason, NativeFinish: j.NativeFinish, ResponseID: j.ResponseID, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,
 		FirstChunkBytes: j.FirstChunkBytes, ContentBytes: j.ContentBytes,
 		ClientDisconnect: j.ClientDisconnect, Retries: j.Retries, Sampled: j.Sampled, CacheHit: j.CacheHit,
 		Usage: j.Usage.Usage, Timeline: j.TokenTimeline,

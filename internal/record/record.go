@@ -53,6 +53,11 @@ const (
 	ErrInternal          = "internal"
 )
 
+// ErrUnsupported: the upstreams of the model do not speak the request's
+// API (an Anthropic upstream asked for /v1/responses); tollgate does not
+// translate between protocols.
+const ErrUnsupported = "unsupported_endpoint"
+
 // StatusClientClosed is recorded when the client went away before the
 // response ended (nginx's convention; never sent on the wire).
 const StatusClientClosed = 499
@@ -214,11 +219,12 @@ type Record struct {
 	SessionID        string            //
 	TemplateID       string            //
 	Tags             map[string]string // feature/app tags from the tags header
-	Endpoint         string            // chat | completions | embeddings
+	Endpoint         string            // chat | completions | embeddings | responses | messages | count_tokens | responses_item
 	Model            string            // requested
 	ServedModel      string            // as reported by the upstream
 	Upstream         string            // upstream name from config
 	Engine           string            // the upstream's engine kind
+	EndUser          string            // the caller's end user from the body (user, safety_identifier, metadata.user_id), bounded; never a metric label
 
 	// Input features (never the text).
 	Stream       bool
@@ -242,6 +248,7 @@ type Record struct {
 	ErrorType        string
 	ErrorMessage     string // gateway-written, never upstream text that could echo a prompt
 	FinishReason     string
+	NativeFinish     string // the API's own ending when FinishReason translates it: Anthropic's stop_reason, Responses' status[/reason]
 	ResponseID       string // the engine's id of its answer (e.g. chatcmpl-…), as it sent it
 	ResponseBytes    int64
 	ContentChunks    int

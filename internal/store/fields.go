@@ -104,6 +104,11 @@ var Fields = []Field{
 	segment("seg_unattributed_ns", record.SegUnattributed),
 
 	duration("engine_timing_due_ns", func(r *record.Record) *time.Duration { return &r.EngineTimingDue }),
+
+	// The end user a request's body named (an agent's customer), and the
+	// API's own finish reason (Anthropic's stop_reason, Responses' status).
+	str("end_user", func(r *record.Record) *string { return &r.EndUser }),
+	dim("native_finish_reason", func(r *record.Record) *string { return &r.NativeFinish }),
 }
 
 // Field is one column of the ledger. Kind says how it is stored and which

@@ -71,6 +71,8 @@ type Filter struct {
 	Model        string
 	TraceID      string
 	TemplateID   string
+	Endpoint     string // chat, completions, embeddings, responses, messages, …
+	EndUser      string // the end user the request body named
 	// ClientRequestID: the X-Request-Id a client sent (several requests
 	// may share one).
 	ClientRequestID string

@@ -504,6 +504,7 @@ func requestsQuery(db string, f store.Filter) string {
 	for _, c := range []struct{ col, val string }{
 		{"user_id", f.UserID}, {"biz_line", f.BizLine}, {"model", f.Model},
 		{"trace_id", f.TraceID}, {"template_id", f.TemplateID}, {"client_request_id", f.ClientRequestID},
+		{"endpoint", f.Endpoint}, {"end_user", f.EndUser},
 	} {
 		if c.val != "" {
 			add("%s = %s", c.col, quoteString(c.val))

@@ -182,6 +182,12 @@ var migrations = []string{
 	`ALTER TABLE requests ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE requests ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE requests ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0;`,
+	// 16: the end user a request's body named (an agent's customer) and
+	// the API's own finish reason (Anthropic's stop_reason, Responses'
+	// status). The index is partial, as 11's: most requests name none.
+	`ALTER TABLE requests ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN native_finish_reason TEXT NOT NULL DEFAULT '';
+	CREATE INDEX requests_end_user ON requests (end_user, arrival) WHERE end_user != '';`,
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer

@@ -296,6 +296,12 @@ func requestsQuery(f store.Filter) (string, []any) {
 	if f.TemplateID != "" {
 		add("template_id = ?", f.TemplateID)
 	}
+	if f.Endpoint != "" {
+		add("endpoint = ?", f.Endpoint)
+	}
+	if f.EndUser != "" {
+		add("end_user = ?", f.EndUser)
+	}
 	if f.Status != 0 {
 		add("status = ?", f.Status)
 	}

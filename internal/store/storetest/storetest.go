@@ -211,6 +211,8 @@ func testFilter(t *testing.T, s store.Store) {
 		// A client may send one X-Request-Id with several requests: each
 		// is its own row, and the filter finds all of them.
 		r.ClientRequestID = map[string]string{"r1": "dup", "r3": "dup", "r4": "own"}[id]
+		r.Endpoint = map[string]string{"r1": "chat", "r2": "responses", "r3": "chat", "r4": "messages", "r5": "responses"}[id]
+		r.EndUser = map[string]string{"r1": "cust-7", "r4": "cust-7", "r5": "cust-9"}[id]
 		return finished(r)
 	}
 	insert(t, s,
@@ -232,6 +234,8 @@ func testFilter(t *testing.T, s store.Store) {
 		{"trace", store.Filter{TraceID: "t1"}, []string{"r4", "r1"}},
 		{"template", store.Filter{TemplateID: "tp1"}, []string{"r3", "r1"}},
 		{"client request id", store.Filter{ClientRequestID: "dup"}, []string{"r3", "r1"}},
+		{"endpoint", store.Filter{Endpoint: "responses"}, []string{"r5", "r2"}},
+		{"end user", store.Filter{EndUser: "cust-7"}, []string{"r4", "r1"}},
 		{"status", store.Filter{Status: 200}, []string{"r4", "r1"}},
 		{"errors only", store.Filter{ErrorsOnly: true}, []string{"r5", "r3", "r2"}},
 		{"min e2e is inclusive", store.Filter{MinE2E: 2 * time.Second}, []string{"r3", "r2"}},
