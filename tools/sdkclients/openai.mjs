@@ -90,8 +90,8 @@ async function stream(name, params) {
 const instructions = 'You are a careful assistant for a shoe shop. '.repeat(40);
 const calls = [
   () => create('responses.create', { model, instructions, input: 'Name three colours.', reasoning: { effort: 'low' }, safety_identifier: 'cust-node' }),
-  () => stream('responses.stream', { model, instructions, input: 'Name three colours.', reasoning: { effort: 'low', summary: 'auto' } }),
-  () => stream('responses.stream tool call', { model, instructions, input: 'Weather in Paris?', tools: [weather], tool_choice: 'required' }),
+  () => stream('responses.stream', { model, instructions, input: 'Name three colours.', reasoning: { effort: 'low', summary: 'auto' }, safety_identifier: 'cust-node' }),
+  () => stream('responses.stream tool call', { model, instructions, input: 'Weather in Paris?', tools: [weather], tool_choice: 'required', safety_identifier: 'cust-node' }),
 ];
 for (const call of calls) {
   console.log(JSON.stringify(await call()));
