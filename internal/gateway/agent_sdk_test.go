@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"strings"
@@ -15,19 +16,22 @@ import (
 )
 
 // TestOpenAISDKResponses drives the Responses API with the official
-// OpenAI Go SDK through tollgate in front of the simulator, and the same
-// calls straight to an identical simulator: the ledger's tokens equal the
-// usage the SDK reported, TTFT is no later than the SDK's first delta,
-// and the SDK's events are, event by event, the engine's (ids and
-// timestamps aside). Retrieving, listing the input of and deleting the
-// stored response go through too.
+// OpenAI Go SDK through tollgate in front of the simulator, with a tap
+// (upstreamTap) keeping the engine's bytes: the ledger's tokens equal the
+// usage the SDK reported, TTFT is no later than the SDK's first delta
+// (its answer, not streamed), the SDK's answer and events are exactly the
+// engine's, and the text its deltas add up to is what the engine's spell.
+// Retrieving, listing the input of and deleting the stored response go
+// through too. (The Go SDK has no accumulator of Responses events; the
+// node SDKs' are checked in TestNodeSDKs.)
 func TestOpenAISDKResponses(t *testing.T) {
-	behind := startSim(t, sim.Config{Seed: 11})
-	direct := startSim(t, sim.Config{Seed: 11})
-	tg := simGateway(t, behind)
+	se := startSim(t, sim.Config{Seed: 11})
+	tap := startUpstreamTap(t, se.URL)
+	cfg := testConfig(tap.URL)
+	cfg.Upstreams[0].Models = []string{simModel}
+	tg := newTestGateway(t, cfg)
 	db := ledger(t)
 	via := openai.NewClient(option.WithBaseURL(tg.URL+"/v1"), option.WithAPIKey("sk-sdk"), option.WithMaxRetries(0))
-	straight := openai.NewClient(option.WithBaseURL(direct.URL), option.WithAPIKey("sk-sdk"), option.WithMaxRetries(0))
 	ctx := t.Context()
 	params := responses.ResponseNewParams{
 		Model:            simModel,
@@ -38,14 +42,23 @@ func TestOpenAISDKResponses(t *testing.T) {
 
 	var createdID string
 	t.Run("create", func(t *testing.T) {
+		sent := time.Now()
 		resp, err := via.Responses.New(ctx, params, out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := straight.Responses.New(ctx, params, out); err != nil {
-			t.Fatal(err)
-		}
+		took := time.Since(sent)
 		r := stored(t, db, tg.next(t))
+		upstream := tap.body(t, r)
+		if got := resp.RawJSON(); got != string(bytes.TrimSpace(upstream)) {
+			t.Errorf("the SDK's answer:\n%s\nthe engine's:\n%s", got, upstream)
+		}
+		if want := responsesOutput(t, upstream).Text; resp.OutputText() != want {
+			t.Errorf("the SDK's output text %q, the engine's %q", resp.OutputText(), want)
+		}
+		if r.Derived.TTFT == nil || *r.Derived.TTFT > took {
+			t.Errorf("TTFT %v, the SDK had its answer after %v", r.Derived.TTFT, took)
+		}
 		u := resp.Usage
 		if r.Usage.InputTokens != u.InputTokens || r.Usage.CachedInputTokens != u.InputTokensDetails.CachedTokens ||
 			r.Usage.OutputTokens != u.OutputTokens || r.Usage.ReasoningTokens != u.OutputTokensDetails.ReasoningTokens || u.OutputTokens != 30 {
@@ -80,27 +93,25 @@ func TestOpenAISDKResponses(t *testing.T) {
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
 		}
-		ref := straight.Responses.NewStreaming(ctx, params, out)
+		r := stored(t, db, tg.next(t))
+		upstream := tap.body(t, r)
 		var want []string
-		for ref.Next() {
-			want = append(want, ref.Current().RawJSON())
+		for _, d := range sseData(upstream) {
+			want = append(want, string(d))
 		}
-		if err := ref.Err(); err != nil {
-			t.Fatal(err)
-		}
-		norm := func(s string) string { return agentVolatile.ReplaceAllString(s, `"$1":_`) }
 		if len(events) != len(want) {
-			t.Fatalf("SDK got %d events through tollgate, %d from the engine", len(events), len(want))
+			t.Fatalf("SDK got %d events through tollgate, the engine sent %d", len(events), len(want))
 		}
 		for i := range events {
-			if norm(events[i]) != norm(want[i]) {
+			if events[i] != want[i] {
 				t.Errorf("event %d through tollgate:\n%s\nfrom the engine:\n%s", i, events[i], want[i])
 			}
 		}
-		if text.String() != final.OutputText() || text.Len() == 0 {
-			t.Errorf("deltas add up to %q, the final response says %q", text.String(), final.OutputText())
+		engineFinal, engineDeltas := responsesStreamOutput(t, upstream)
+		if text.String() != strings.Join(engineDeltas, "") || final.OutputText() != engineFinal.Text || text.Len() == 0 {
+			t.Errorf("the SDK's deltas add up to %q and its final response says %q; the engine's deltas %q, its final response %q",
+				text.String(), final.OutputText(), engineDeltas, engineFinal.Text)
 		}
-		r := stored(t, db, tg.next(t))
 		u := final.Usage
 		if r.Usage.InputTokens != u.InputTokens || r.Usage.CachedInputTokens != u.InputTokensDetails.CachedTokens ||
 			r.Usage.OutputTokens != u.OutputTokens || r.Usage.ReasoningTokens != u.OutputTokensDetails.ReasoningTokens || u.OutputTokens != 30 {
