@@ -16,7 +16,9 @@ import (
 // Messages taps through the whole gateway. Whatever the engine sends: no
 // panic, exactly one Record, usage within its invariants and identifiers
 // within their bounds, and a stream that ended well reached the client
-// byte for byte. Inputs are capped at 64 KiB so one run's work is
+// byte for byte — but for blank lines outside any event, which carry
+// nothing in SSE and which the event reader, as chat's, does not relay
+// (events). Inputs are capped at 64 KiB so one run's work is
 // bounded; the upstream closes after writing, so nothing waits on a
 // timer.
 func FuzzAgentTap(f *testing.F) {
@@ -47,6 +49,11 @@ func FuzzAgentTap(f *testing.F) {
 		if len(stream) > 64<<10 {
 			return
 		}
+		// A Record left by an earlier failed run would be taken for this
+		// one's, and enough of them would fill the sink: drop them.
+		for len(tg.Records) > 0 {
+			<-tg.Records
+		}
 		mu.Lock()
 		body = stream
 		mu.Unlock()
@@ -65,7 +72,7 @@ func FuzzAgentTap(f *testing.F) {
 		}
 		r := tg.next(t)
 		tg.noMore(t)
-		if r.OK() && !strings.HasPrefix(stream, string(got)) {
+		if r.OK() && !strings.HasPrefix(events(stream), events(string(got))) {
 			t.Fatalf("a stream recorded as whole reached the client changed:\n%q\nupstream:\n%q", got, stream)
 		}
 		if r.OK() && r.Usage.Source == record.SourceNone && r.ContentChunks > 0 {
@@ -82,4 +89,23 @@ func FuzzAgentTap(f *testing.F) {
 			}
 		}
 	})
+}
+
+// events is an SSE text without the blank lines that end no event
+// (leading ones, runs of more than one), line ends made \n.
+func events(s string) string {
+	var b strings.Builder
+	blank := true // at the start, a blank line ends nothing
+	for _, l := range strings.SplitAfter(strings.ReplaceAll(s, "\r\n", "\n"), "\n") {
+		if l == "\n" {
+			if blank {
+				continue
+			}
+			blank = true
+		} else {
+			blank = false
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }

@@ -13,7 +13,7 @@ import (
 // operation maps the gateway's endpoint to gen_ai.operation.name.
 func operation(endpoint string) string {
 	switch endpoint {
-	case "chat":
+	case "chat", "responses", "messages": // the agent APIs are chat turns too
 		return semconv.GenAIOperationNameChat.Value.AsString()
 	case "completions":
 		return semconv.GenAIOperationNameTextCompletion.Value.AsString()
@@ -24,12 +24,15 @@ func operation(endpoint string) string {
 }
 
 // provider maps the upstream's engine kind to gen_ai.provider.name. Only
-// "openai" is a value the conventions define; for self-hosted engines they
+// "openai" and "anthropic" are values the conventions define; for self-hosted engines they
 // have none, so the engine kind itself is used, as in tollgate's metrics
 // labels ("vllm", "sglang", "tgi", "llamacpp", "ollama").
 func provider(engine string) string {
-	if engine == "openai" {
+	switch engine {
+	case "openai":
 		return semconv.GenAIProviderNameOpenAI.Value.AsString()
+	case "anthropic":
+		return semconv.GenAIProviderNameAnthropic.Value.AsString()
 	}
 	return engine
 }

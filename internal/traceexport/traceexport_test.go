@@ -398,6 +398,8 @@ func TestNames(t *testing.T) {
 		{"completions", "sglang", "m", "text_completion m", "sglang"},
 		{"embeddings", "tgi", "e", "embeddings e", "tgi"},
 		{"chat", "ollama", "", "chat", "ollama"},
+		{"responses", "vllm", "q", "chat q", "vllm"},
+		{"messages", "anthropic", "claude", "chat claude", "anthropic"},
 	} {
 		if got := spanName(operation(c.endpoint), c.model); got != c.name {
 			t.Errorf("%s %q: name %q, want %q", c.endpoint, c.model, got, c.name)
