@@ -38,6 +38,7 @@ function usage(u) {
     cache_creation: u.cache_creation_input_tokens ?? 0,
     cache_read: u.cache_read_input_tokens ?? 0,
     output: u.output_tokens ?? 0,
+    reasoning: u.output_tokens_details?.thinking_tokens ?? 0,
   };
 }
 
