@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
@@ -20,7 +21,8 @@ import (
 // (upstreamTap) keeping the engine's bytes: the ledger's tokens equal the
 // usage the SDK reported, TTFT is no later than the SDK's first delta
 // (its answer, not streamed), the SDK's answer and events are exactly the
-// engine's, and the text its deltas add up to is what the engine's spell.
+// engine's, and the text (or a forced function call's arguments) its
+// deltas add up to is what the engine's spell.
 // Retrieving, listing the input of and deleting the stored response go
 // through too. (The Go SDK has no accumulator of Responses events; the
 // node SDKs' are checked in TestNodeSDKs.)
@@ -122,6 +124,67 @@ func TestOpenAISDKResponses(t *testing.T) {
 		}
 		if r.ContentChunks != 30 {
 			t.Errorf("%d output events recorded, want one per token", r.ContentChunks)
+		}
+	})
+
+	t.Run("stream, tool call", func(t *testing.T) {
+		tool := params
+		tool.Input = responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather in Paris?")}
+		tool.Tools = []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{Name: "get_weather", Strict: openai.Bool(false),
+			Parameters: map[string]any{"type": "object", "required": []string{"city"}, "properties": map[string]any{"city": map[string]any{"type": "string"}}}}}}
+		tool.ToolChoice = responses.ResponseNewParamsToolChoiceUnion{OfToolChoiceMode: openai.Opt(responses.ToolChoiceOptionsRequired)}
+		sent := time.Now()
+		stream := via.Responses.NewStreaming(ctx, tool, out)
+		var firstDelta time.Duration
+		var events []string
+		var args strings.Builder
+		var final responses.Response
+		for stream.Next() {
+			ev := stream.Current()
+			events = append(events, ev.RawJSON())
+			switch ev.Type {
+			case "response.function_call_arguments.delta":
+				if firstDelta == 0 {
+					firstDelta = time.Since(sent)
+				}
+				args.WriteString(ev.Delta)
+			case "response.completed":
+				final = ev.Response
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		r := stored(t, db, tg.next(t))
+		upstream := tap.body(t, r)
+		var want []string
+		for _, d := range sseData(upstream) {
+			want = append(want, string(d))
+		}
+		if diff := cmp.Diff(want, events); diff != "" {
+			t.Errorf("the SDK's events differ from the engine's (-engine +SDK):\n%s", diff)
+		}
+		engineFinal, engineDeltas := responsesStreamOutput(t, upstream)
+		var sdkCalls []sdkTool
+		for _, o := range final.Output {
+			if o.Type == "function_call" {
+				sdkCalls = append(sdkCalls, sdkTool{o.Name, o.AsFunctionCall().Arguments})
+			}
+		}
+		if len(engineDeltas) != 1 || args.String() != engineDeltas[0] || !cmp.Equal(sdkCalls, engineFinal.ToolCalls) {
+			t.Errorf("the SDK's argument deltas add up to %q and its final calls are %+v; the engine's deltas %q, its final calls %+v",
+				args.String(), sdkCalls, engineDeltas, engineFinal.ToolCalls)
+		}
+		u := final.Usage
+		if r.Usage.InputTokens != u.InputTokens || r.Usage.CachedInputTokens != u.InputTokensDetails.CachedTokens ||
+			r.Usage.OutputTokens != u.OutputTokens || r.Usage.ReasoningTokens != u.OutputTokensDetails.ReasoningTokens || u.OutputTokens != 30 {
+			t.Errorf("ledger %+v, SDK reported %+v", r.Usage, u)
+		}
+		if r.Usage.ToolCalls != 1 || len(sdkCalls) != 1 || r.FinishReason != "tool_calls" {
+			t.Errorf("ledger: %d tool calls, finish %q; the SDK got %d calls", r.Usage.ToolCalls, r.FinishReason, len(sdkCalls))
+		}
+		if r.Derived.TTFT == nil || *r.Derived.TTFT > firstDelta {
+			t.Errorf("TTFT %v, the SDK's first delta after %v", r.Derived.TTFT, firstDelta)
 		}
 	})
 
