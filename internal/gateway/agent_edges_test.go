@@ -200,6 +200,9 @@ func TestCountTokens(t *testing.T) {
 	if r.Endpoint != endpointCountTokens || r.Status != 200 || r.Usage.Total() != 0 || r.Usage.Source != record.SourceNone || r.PromptBytes == 0 {
 		t.Errorf("recorded %q %d usage %+v prompt %d bytes", r.Endpoint, r.Status, r.Usage, r.PromptBytes)
 	}
+	if r.Derived.TTFT != nil || r.Marks.FirstUpstreamToken != 0 {
+		t.Errorf("counting tokens generates none, but TTFT %v, first upstream token %v", r.Derived.TTFT, r.Marks.FirstUpstreamToken)
+	}
 	resp = post(t, tg.URL+"/v1/messages/count_tokens", `{"model":"`+simModel+`","messages":[]}`, nil)
 	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), `{"type":"error","error":{"type":"invalid_request_error"`) {
 		t.Errorf("empty messages: %d %s", resp.StatusCode, b)

@@ -481,9 +481,7 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		}
 		applyAnswer(rec, a, 0)
 		rec.ContentBytes = int64(a.Content)
-	} else if ok && rec.Endpoint == endpointCountTokens {
-		rec.Marks.FirstUpstreamToken = ex.since() // no tokens: count_tokens
-	} else if ok {
+	} else if ok && rec.Endpoint != endpointCountTokens { // counting tokens generates none: no first token
 		rec.Marks.FirstUpstreamToken = ex.since()
 		pr, perr := usage.ParseResponse(body)
 		if perr != nil {
@@ -545,7 +543,9 @@ func (ex *exchange) bufferedResponse(ctx context.Context, rec *record.Record, re
 		ex.record(rec, resp.StatusCode, record.ErrUpstreamStatus, "upstream "+rec.Upstream+" answered "+strconv.Itoa(resp.StatusCode))
 	default:
 		at := ex.since()
-		rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
+		if rec.Endpoint != endpointCountTokens {
+			rec.Marks.FirstClientToken, rec.Marks.LastToken = at, at
+		}
 		ex.record(rec, resp.StatusCode, record.ErrNone, "")
 		if c := ex.g.cache; c != nil && ex.cacheKey != ([32]byte{}) && resp.StatusCode == http.StatusOK {
 			c.put(ex.cacheKey, body, resp.Header.Get("Content-Type"))
