@@ -17,7 +17,8 @@ FUZZTIME="${FUZZTIME:-8s}"
 # cmd/tollgate), which start, kill and freeze their own servers.
 PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server redis-server)
 # nodejs, npm: only where the machine has no npm of its own, for
-# tools/mockllm (the fault table's third-party mock server).
+# tools/mockllm (the fault table's third-party mock server) and
+# tools/sdkclients (the vendors' node SDKs).
 command -v npm >/dev/null || PKGS+=(nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -61,12 +62,22 @@ export TOLLGATE_JAEGER
 TOLLGATE_UI_SCREENSHOTS="${TOLLGATE_UI_SCREENSHOTS:-$PWD/testdata-out/ui-screenshots}"
 export TOLLGATE_UI_SCREENSHOTS
 
-# tools/mockllm: @dwmkerr/mock-llm, a third-party OpenAI mock (node), pinned
-# by its package-lock.json; TestFaultTable (internal/gateway) runs it on
-# loopback for its mock-llm rows, which are skipped without node_modules.
-echo "== npm ci (tools/mockllm)"
-command -v npm >/dev/null || { echo "scripts/test.sh: npm is needed for tools/mockllm" >&2; exit 1; }
-(cd tools/mockllm && npm ci --no-audit --no-fund --silent)
+# Node packages, each pinned by its package-lock.json; the tests that use
+# them skip without node_modules. tools/mockllm: @dwmkerr/mock-llm, a
+# third-party OpenAI mock that TestFaultTable (internal/gateway) runs on
+# loopback for its mock-llm rows. tools/sdkclients: OpenAI's and
+# Anthropic's node SDKs, whose scripts TestNodeSDKs (internal/gateway)
+# runs through tollgate. Both installs run at once.
+echo "== npm ci (tools/mockllm, tools/sdkclients)"
+command -v npm >/dev/null || { echo "scripts/test.sh: npm is needed for tools/mockllm and tools/sdkclients" >&2; exit 1; }
+npm_pids=()
+for d in tools/mockllm tools/sdkclients; do
+  (cd "$d" && npm ci --no-audit --no-fund --silent) &
+  npm_pids+=($!)
+done
+for p in "${npm_pids[@]}"; do
+  wait "$p" || { echo "scripts/test.sh: npm ci failed (tools/mockllm or tools/sdkclients)" >&2; exit 1; }
+done
 
 echo "== go test -race"
 go test -race -count=1 ./...
