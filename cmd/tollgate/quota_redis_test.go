@@ -93,7 +93,7 @@ quotas:
 		ls = append(ls, l)
 	}
 	// The ledger's 300 installed at start by one replica, seen by the other.
-	preloadQuotas(ctx, ls[0], st, slog.New(slog.DiscardHandler))
+	_ = quota.RunPreload(ctx, ls[0], quotaDaySeed(st), slog.New(slog.DiscardHandler))
 	if us := quota.Reader(ls[1]).Usage(time.Now()); len(us) != 1 || us[0].Used != 300 {
 		t.Fatalf("usage after one replica's preload: %+v", us)
 	}

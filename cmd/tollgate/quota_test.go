@@ -77,7 +77,7 @@ quotas:
 	if u := usageOf(r.Usage(time.Now()), "user:alice", quota.LimitDailyTokens); u.Used != 0 {
 		t.Fatalf("alice before the preload: %+v; the test expects the lazy seed to leave it at 0", u)
 	}
-	preloadQuotas(ctx, l, st, slog.New(slog.DiscardHandler))
+	_ = quota.RunPreload(ctx, l, quotaDaySeed(st), slog.New(slog.DiscardHandler))
 	us := r.Usage(time.Now())
 	for _, c := range []struct {
 		scope, limit string

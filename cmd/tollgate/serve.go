@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/gateway"
 	"github.com/tollgate-dev/tollgate/internal/label"
 	"github.com/tollgate-dev/tollgate/internal/ledger"
+	"github.com/tollgate-dev/tollgate/internal/lifecycle"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/otlp"
@@ -128,67 +130,20 @@ func quotaDaySeed(a store.Reports) quota.DaySeedFunc {
 	}
 }
 
-// preloadQuotas loads today's usage of every configured daily quota in the
-// background, so that the budget-burn view is right after a restart before
-// each scope's first request. Requests do not wait for it: one whose scope
-// is not loaded yet seeds that scope itself, as without a preload.
-func preloadQuotas(ctx context.Context, l quota.Limiter, a store.Reports, log *slog.Logger) {
-	ql, ok := l.(quota.Preloader)
-	if !ok {
-		return
-	}
-	if err := ql.Preload(ctx, quotaDaySeed(a)); err != nil && ctx.Err() == nil {
-		log.Warn("could not load today's quota usage at start; each scope loads it at its first request", "err", err)
-	}
-}
-
-// allocateGPU spreads each closed hour's GPU cost over its requests, a
-// few minutes after the hour (records of the hour have reached the store
-// by then); at start it catches up on the last day. Idempotent.
-func allocateGPU(ctx context.Context, l billing.Ledger, tbl *cost.Table, log *slog.Logger) {
-	from := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
-	repeat(ctx, func() time.Duration {
-		to := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Hour)
-		if to.After(from) {
-			n, err := billing.AllocateGPUHours(ctx, l, tbl, from, to)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("GPU-hour allocation failed", "err", err)
-			} else {
-				log.Debug("GPU-hour allocation", "from", from, "to", to, "changed", n)
-				from = to
-			}
-		}
-		return time.Until(time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute))
-	})
-}
-
-// repeat runs pass a minute after start-up, then again after each wait
-// pass returns, until ctx ends: serve's background passes.
-func repeat(ctx context.Context, pass func() (wait time.Duration)) {
-	t := time.NewTimer(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(pass())
-	}
-}
-
-// startOTLP serves the receiver on its HTTP and gRPC addresses; receiving
-// says whether either listens.
-func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func(), receiving bool) {
-	var stops []func()
+// startOTLP serves the receiver on its HTTP and gRPC addresses in the
+// ingress stage; receiving says whether either listens. A port in use is
+// logged, not fatal: the gateway works without engine spans.
+func startOTLP(stage *lifecycle.Stage, c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (receiving bool) {
 	if c.HTTPListen != "" {
 		if ln, err := net.Listen("tcp", c.HTTPListen); err != nil {
 			log.Warn("OTLP/HTTP receiver not started; engine spans will not be joined", "addr", c.HTTPListen, "err", err)
 		} else {
 			srv := &http.Server{Handler: recv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-			go func() { _ = srv.Serve(ln) }()
 			log.Info("OTLP/HTTP receiver listening", "addr", ln.Addr().String(), "vllm_flag", "--otlp-traces-endpoint http://"+ln.Addr().String()+"/v1/traces")
-			stops = append(stops, func() { _ = srv.Close() })
+			stage.Go("otlp-http", func(ctx context.Context) error {
+				return serveUntil(ctx, func() error { return srv.Serve(ln) }, func() { _ = srv.Close() })
+			})
+			receiving = true
 		}
 	}
 	if c.GRPCListen != "" {
@@ -197,16 +152,27 @@ func startOTLP(c config.OTLP, recv *otlp.Receiver, log *slog.Logger) (stop func(
 		} else {
 			gs := grpc.NewServer()
 			recv.RegisterGRPC(gs)
-			go func() { _ = gs.Serve(ln) }()
 			log.Info("OTLP/gRPC receiver listening", "addr", ln.Addr().String())
-			stops = append(stops, gs.Stop)
+			stage.Go("otlp-grpc", func(ctx context.Context) error { return serveUntil(ctx, func() error { return gs.Serve(ln) }, gs.Stop) })
+			receiving = true
 		}
 	}
-	return func() {
-		for _, s := range stops {
-			s()
-		}
-	}, len(stops) > 0
+	return receiving
+}
+
+// serveUntil runs a server's serve loop until ctx ends, then stops it and
+// waits for the loop; an error of the loop before then is returned.
+func serveUntil(ctx context.Context, serve func() error, stop func()) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stop()
+	<-errc
+	return nil
 }
 
 func retention(r config.Retention) store.Retention {
@@ -215,7 +181,7 @@ func retention(r config.Retention) store.Retention {
 
 // scrapeEngines reads each upstream's own /metrics into time series for
 // the diagnostics view, off the request path.
-func scrapeEngines(ctx context.Context, cfg *config.Config, a store.EngineLog, log *slog.Logger, reg prometheus.Registerer) {
+func scrapeEngines(ctx context.Context, cfg *config.Config, a store.EngineLog, log *slog.Logger, reg prometheus.Registerer) error {
 	var targets []scrape.Target
 	for _, u := range cfg.Upstreams {
 		if !scrape.Scrapable(u.Engine) {
@@ -239,52 +205,7 @@ func scrapeEngines(ctx context.Context, cfg *config.Config, a store.EngineLog, l
 			log.Warn("could not store engine samples", "err", err)
 		}
 	}
-	_ = scrape.New(targets, cfg.EngineMetrics.Interval, sink, log, reg).Run(ctx)
-}
-
-// prune enforces the retention hourly, starting a minute after start-up so
-// it never competes with a burst of start-up traffic.
-func prune(ctx context.Context, a store.Pruner, r store.Retention, log *slog.Logger) {
-	repeat(ctx, func() time.Duration {
-		n, err := a.Prune(ctx, time.Now(), r)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("retention pass failed", "err", err)
-		case n > 0:
-			log.Info("retention pass", "deleted_rows", n)
-		}
-		return time.Hour
-	})
-}
-
-// rollUp runs the store's roll-up pass a minute after the previous one
-// ended.
-func rollUp(ctx context.Context, r store.RollUpper, log *slog.Logger) {
-	repeat(ctx, func() time.Duration {
-		if err := r.RollUp(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("roll-up pass failed", "err", err)
-		}
-		return time.Minute
-	})
-}
-
-// pruneCaptures deletes captures older than keep, on both backends (the
-// retention pass above skips ClickHouse), every quarter of keep — at
-// least a minute, at most an hour apart — so a capture outlives its
-// retention by at most that. It runs whenever a retention is set, so
-// captures taken before capture was turned off still go.
-func pruneCaptures(ctx context.Context, c store.Captures, keep time.Duration, log *slog.Logger) {
-	every := min(max(keep/4, time.Minute), time.Hour)
-	repeat(ctx, func() time.Duration {
-		n, err := c.PruneCaptures(ctx, time.Now().Add(-keep))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("capture retention pass failed", "err", err)
-		case n > 0:
-			log.Info("capture retention pass", "deleted", n)
-		}
-		return every
-	})
+	return scrape.New(targets, cfg.EngineMetrics.Interval, sink, log, reg).Run(ctx)
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -344,206 +265,115 @@ const (
 	fleetLag   = fleetGrace + 10*time.Second + 15*time.Second
 )
 
+// serveOptions are serve's test hooks; the zero value is production.
+type serveOptions struct {
+	// wrapStore wraps the store serve opens, to watch how it is used.
+	wrapStore func(store.Backend) store.Backend
+	// firstPass is when the background jobs' first pass runs: a minute
+	// after start when zero, so it never competes with start-up traffic.
+	firstPass time.Duration
+}
+
 // serve runs the gateway until ctx is done, then drains: in-flight requests
 // get the grace period, then are cancelled and recorded as cut by shutdown;
 // every Record is flushed to the store before serve returns. When started
 // is non-nil it receives the listen address once the gateway accepts.
 func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started chan<- string) error {
+	return serveWith(ctx, cfg, log, started, serveOptions{})
+}
+
+// serveWith is serve in four stages, started in flow order and stopped in
+// reverse (internal/lifecycle): the store; the sinks that write to it (the
+// ledger, the event writer); the background jobs (windows, alerts,
+// retention, roll-ups, GPU hours, quota preload, scraping); the ingress
+// (the HTTP server, the OTLP receiver). Each stage's goroutines have
+// returned before what they use is closed.
+func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, started chan<- string, opts serveOptions) (err error) {
 	// Metrics registry: passed to every component, never global.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt := lifecycle.New(log)
+	defer func() {
+		if serr := rt.Stop(); serr != nil {
+			log.Error("stopped with errors", "err", serr)
+			err = cmp.Or(err, serr)
+		}
+	}()
 
-	// Store: the ledger (SQLite or ClickHouse), and the durable queue in
-	// front of it, local in both cases. A ClickHouse that does not answer
-	// does not stop the start: the store connects in the background and
-	// the queue keeps the Records until it has (/readyz and
-	// tollgate_store_connected say so).
+	// Store: the ledger (SQLite or ClickHouse). A ClickHouse that does not
+	// answer does not stop the start: the store connects in the
+	// background and the write-ahead queue keeps the Records until it has
+	// (/readyz and tollgate_store_connected say so).
 	st, err := openServeStore(ctx, cfg, log.With("component", "store"))
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_store_connected",
-		Help: "1 once the store has been reached and its schema checked; 0 while serve, started with ClickHouse unreachable, keeps connecting (finished requests wait in the write-ahead queue)."},
-		func() float64 {
-			if storeConnected(st) != nil {
-				return 0
-			}
-			return 1
-		}))
+	if opts.wrapStore != nil {
+		st = opts.wrapStore(st)
+	}
+	rt.Stage("store").Defer(func() { _ = st.Close() })
+	registerStoreConnected(reg, st)
+
+	// Sinks: the durable ledger in front of the store, and the events
+	// (quota warnings, tokenizer mismatches) written in batches. Both
+	// flush everything when they stop.
+	sinks := rt.Stage("sinks")
 	lg, err := ledger.Open(ledgerConfig(cfg), st, log, reg)
 	if err != nil {
 		return err
 	}
-	ledgerCtx, stopLedger := context.WithCancel(context.Background())
-	ledgerDone := make(chan error, 1)
-	go func() { ledgerDone <- lg.Run(ledgerCtx) }()
-	// stopWriter is called once the HTTP server has drained: the ledger
-	// flushes everything, then returns.
-	stopWriter := func() {
-		stopLedger()
-		if err := <-ledgerDone; err != nil {
-			log.Error("ledger stopped with an error", "err", err)
-		}
-	}
-
-	// Events (quota warnings, tokenizer mismatches) go to the store in
-	// batches, off the request path.
+	sinks.Go("ledger", lg.Run)
 	events := store.NewEventWriter(st, 4096, log.With("component", "events"))
-	eventsCtx, stopEvents := context.WithCancel(context.Background())
-	eventsDone := make(chan struct{})
-	go func() { events.Run(eventsCtx); close(eventsDone) }()
-	defer func() { stopEvents(); <-eventsDone }()
+	sinks.Go("events", events.Run)
 
-	// Prices and quotas: rating at the end of each request, admission at
-	// its start.
+	// Background: the alerting windows and engine, quotas, and the jobs
+	// that read or maintain the store.
+	bg := rt.Stage("background")
 	prices, err := cost.NewTable(cfg.CostConfig())
 	if err != nil {
-		stopWriter()
 		return err
 	}
-	// Alerting: finished requests feed per-minute windows (persisted in
-	// the store, reloaded after a restart); the engine evaluates the rules
-	// and hands what fires to the notifiers, by severity. With replicas
-	// (replicas.redis.url), only the holder of a lease in Redis evaluates,
-	// over every replica's minutes read back from the shared store, and
-	// each notification is sent once fleet-wide (internal/fleet).
 	// One set of label bounds for the metrics and the windows, so both
 	// fold a client's invented values the same way.
 	labels := label.New(reg, cfg.LabelConfig())
-	wcfg := window.Config{Labels: labels}
-	if cfg.Replicas.Enabled() {
-		wcfg.Grace = fleetGrace
-	}
-	win := window.New(wcfg, st, log.With("component", "window"), reg)
-	if err := win.Load(ctx, time.Now()); err != nil {
-		log.Warn("could not reload the alerting windows; they start empty", "err", err)
-	}
-	disp, err := notify.New(cfg.Notifiers, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	al, err := startAlerting(ctx, bg, cfg, st, labels, events, reg, log)
 	if err != nil {
-		stopWriter()
 		return err
 	}
-	var (
-		alertWin   alert.Windows  = win
-		notifier   alert.Notifier = disp
-		lease      *fleet.Lease
-		fleetWin   *fleet.Windows
-		dedup      *fleet.Dedup
-		fleetState *fleet.State
-		fleetRedis io.Closer
-	)
-	if rc := cfg.Replicas; rc.Enabled() {
-		rdb, err := fleet.NewClient(rc.Redis.URL, 2*time.Second)
-		if err != nil {
-			_ = disp.Close()
-			stopWriter()
-			return fmt.Errorf("replicas.redis.url: %w", err)
-		}
-		fleetRedis = rdb
-		flog := log.With("component", "fleet")
-		lease = fleet.NewLease(rdb, fleet.LeaseOptions{Prefix: rc.PrefixOrDefault(), TTL: rc.LeaseOrDefault(), Log: flog, Registerer: reg})
-		dedup = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
-		notifier = dedup
-		fleetState = fleet.NewState(lease, flog)
-		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{MinuteRetention: cfg.Store.Retention.Minute, Log: flog})
-		alertWin = fleetWin
-		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
-			"replica", lease.ID(), "lease", rc.LeaseOrDefault(), "lag", fleetLag, "redis", redactedURL(rc.Redis.URL))
-	} else {
-		lease = fleet.Local(reg)
-		if cfg.Quotas.Redis.URL != "" {
-			log.Warn("quotas are shared in Redis but replicas.redis.url is not set: if several replicas run, each evaluates alerts over its own traffic and each notifies")
-		}
-	}
-	alerts := alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg})
-	alertCtx, stopAlerts := context.WithCancel(context.Background())
-	var alertsDone sync.WaitGroup
-	alertsDone.Go(func() { win.Run(alertCtx) })
-	// Closed local days of the windows merged, for percentiles over weeks.
-	alertsDone.Go(func() {
-		window.NewCompactor(st, cfg.Location(), log.With("component", "window")).Run(alertCtx, 15*time.Minute)
-	})
-	if fleetWin != nil {
-		alertsDone.Go(func() { lease.Run(alertCtx) }) // released at shutdown: another replica takes over at once
-		alertsDone.Go(func() { dedup.Run(alertCtx) }) // drains before the notifiers close
-		ev := &fleet.Evaluator{Lease: lease, Windows: fleetWin, Lag: fleetLag, Log: log.With("component", "alerts"),
-			Eval: func(ctx context.Context, now time.Time) { alerts.Eval(ctx, now) }, State: fleetState, Engine: alerts}
-		alertsDone.Go(func() { ev.Run(alertCtx, cfg.Alerts.Interval) })
-	} else {
-		alertsDone.Go(func() { alerts.Run(alertCtx, cfg.Alerts.Interval) })
-	}
-	defer func() {
-		stopAlerts()
-		alertsDone.Wait()
-		_ = disp.Close()
-		if fleetRedis != nil {
-			_ = fleetRedis.Close()
-		}
-	}()
-
-	limiter, err := newLimiter(cfg, st, events, alerts, reg, log.With("component", "quota"))
+	limiter, err := newLimiter(cfg, st, events, al.engine, reg, log.With("component", "quota"))
 	if err != nil {
-		stopWriter()
 		return err
 	}
 	if c, ok := limiter.(io.Closer); ok {
-		defer c.Close()
+		bg.Defer(func() { _ = c.Close() })
+	}
+	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
+	gwMetrics := metrics.New(reg, labels)
+	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
+	if err != nil {
+		return err
 	}
 
+	// Ingress: OTLP spans in, requests in.
+	ingress := rt.Stage("ingress")
 	// OTLP receiver: engines' own spans (vLLM's llm_request), joined to
-	// Records by trace id. A port in use is logged, not fatal: the gateway
-	// works without engine spans.
+	// Records by trace id.
 	joiner := otlp.NewJoiner(cfg.OTLP.JoinWindow, 100000, reg)
-	stopOTLP, receiving := startOTLP(cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp"))
-	defer stopOTLP()
-	if !receiving {
+	if !startOTLP(ingress, cfg.OTLP, otlp.NewReceiver(joiner.Offer, log.With("component", "otlp"), reg), log.With("component", "otlp")) {
 		// No span can arrive: the gateway expects none, and no Record
 		// says its engine timing is pending.
 		joiner = nil
 	}
-
-	// The Record's observers after the ledger, in flow order: the
-	// alerting windows, then trace export (the gateway observes its own
-	// metrics first).
-	observers := []gateway.Observer{{Name: "windows", Observe: win.Observe}}
-	// Trace export: a span per request, to any OTLP backend, when set;
-	// the upstreams' URLs give the spans their server.address and port.
-	if te := cfg.TraceExport; te.Endpoint != "" {
-		ups := make(map[string]string, len(cfg.Upstreams))
-		for _, u := range cfg.Upstreams {
-			ups[u.Name] = u.URL
-		}
-		ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio, Upstreams: ups},
-			log.With("component", "trace-export"))
-		if err != nil {
-			stopWriter()
-			return err
-		}
-		observers = append(observers, gateway.Observer{Name: "trace_export", Observe: ex.Export})
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = ex.Shutdown(sctx)
-		}()
+	captureSink, err := captureSink(cfg, st, log)
+	if err != nil {
+		return err
 	}
-
-	// Capture (off by default): the redacted text of slow or failed
-	// requests, written by the gateway's worker off the request path into
-	// a table of its own, pruned by capture.retention, read by admin
-	// tokens only.
-	var captureSink func(context.Context, []*capture.Capture) error
-	if cfg.Capture.Enabled {
-		captureSink = st.AddCaptures
-		log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
-			"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
-	}
-
-	// Gateway: the proxy, its metrics, and the writer as its sink.
+	// Gateway: the proxy. Every finished Record goes to the ledger first
+	// (its Sink), then to the observers in flow order.
 	gw, err := gateway.New(gateway.Options{
 		Config:         cfg,
 		Log:            log.With("component", "gateway"),
-		Metrics:        metrics.New(reg, labels),
+		Metrics:        gwMetrics,
 		Sink:           lg.Append,
 		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
@@ -558,55 +388,54 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 		Capture:        captureSink,
 	})
 	if err != nil {
-		stopWriter()
 		return err
 	}
-	defer gw.Close()
+	ingress.Defer(gw.Close)
 	if len(cfg.Auth.Keys) == 0 {
 		log.Warn("no API keys configured: the gateway is open (any key or none is accepted; users are told apart by a hash of their key)")
 	}
-
-	// HTTP server: handlers are tracked so shutdown can wait for the last
-	// Record even after cancelling the stragglers.
-	baseCtx, cancelBase := context.WithCancelCause(context.Background())
-	defer cancelBase(nil)
-	// JSON API beside the proxy, and the retention pruner.
+	// JSON API beside the proxy.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
-		Alerts: activeAlerts(alerts, lease, fleetState), Notifiers: disp.Status, Windows: win, Quotas: quota.Reader(limiter), Captures: st}
+		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: st}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
 	} else if runs, err := billing.OpenRuns(ctx, cfg.Store.SQLite.Path); err != nil {
 		log.Warn("reconciliation runs unavailable; the dashboard lists none", "err", err)
 	} else {
-		defer runs.Close()
+		bg.Defer(func() { _ = runs.Close() })
 		apiOpts.Reconciliations = runs
 	}
-	api := web.NewAPI(apiOpts)
 	if len(cfg.API.Tokens) == 0 {
 		log.Warn("no api.tokens configured: the JSON API (/api/v1/: users, keys, business lines, costs) answers any loopback client without a token. " +
 			"A reverse proxy or sidecar on this host makes its clients loopback: requests carrying Forwarded, X-Forwarded-For, X-Real-IP, X-Forwarded-Host, " +
 			"X-Forwarded-Proto or Via are refused, but a proxy that sets none of them opens the API to everyone behind it. Configure api.tokens before putting a proxy in front.")
 	}
-	pruneCtx, stopPrune := context.WithCancel(context.Background())
-	defer stopPrune()
-	go prune(pruneCtx, st, retention(cfg.Store.Retention), log.With("component", "retention"))
-	if r, ok := st.(store.RollUpper); ok {
-		// ClickHouse recomputes its rollups in a pass (Report runs one
-		// first); running it every minute keeps that pass short.
-		go rollUp(pruneCtx, r, log.With("component", "rollup"))
-	}
-	if cfg.Capture.Retention > 0 {
-		go pruneCaptures(pruneCtx, st, cfg.Capture.Retention, log.With("component", "capture"))
-	}
-	if len(cfg.GPUHours) > 0 {
-		go allocateGPU(pruneCtx, st, prices, log.With("component", "gpu-hours"))
-	}
-	go preloadQuotas(pruneCtx, limiter, st, log.With("component", "quota"))
-	if cfg.EngineMetrics.Interval > 0 {
-		go scrapeEngines(pruneCtx, cfg, st, log.With("component", "scrape"), reg)
+	if err := startHTTP(ingress, cfg, gw, web.NewAPI(apiOpts), reg, log, started); err != nil {
+		return err
 	}
 
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "grace", cfg.ShutdownGrace)
+	case err := <-rt.Failed():
+		return err
+	}
+	if err := rt.Stop(); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// startHTTP listens and serves the gateway, the API and the dashboard in
+// the ingress stage. When the stage stops, the server drains: requests in
+// flight get the grace period, then are cancelled and recorded as cut by
+// shutdown; the stage waits for the last handler (and so the last Record)
+// even after cancelling the stragglers.
+func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway, api http.Handler, reg prometheus.Registerer, log *slog.Logger, started chan<- string) error {
+	baseCtx, cancelBase := context.WithCancelCause(context.Background())
+	ingress.Defer(func() { cancelBase(nil) })
 	var inflight sync.WaitGroup
 	mux := http.NewServeMux()
 	// Request bodies are bound by limits.body_timeout on every route (the
@@ -615,12 +444,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
 	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/"))) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
-	handler := mux
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
 			defer inflight.Done()
-			handler.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
 		}),
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ReadHeaderTimeout: 10 * time.Second,
@@ -631,59 +459,215 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 	// listen_tls: ServeTLS with the pair in TLSConfig (no file names) also
 	// offers HTTP/2 by ALPN.
 	if cfg.ListenTLS.Enabled() {
+		var err error
 		if srv.TLSConfig, err = cfg.ListenTLS.Load("listen_tls"); err != nil {
-			stopWriter()
 			return err
 		}
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		stopWriter()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	// limits.max_conns_per_ip, counted per TCP peer at accept.
 	limited, err := gateway.LimitConns(ln, cfg.Limits.MaxConnsPerIP, reg, log.With("component", "gateway"))
 	if err != nil {
 		_ = ln.Close()
-		stopWriter()
 		return err
 	}
 	ln = limited
 	log.Info("gateway listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "upstreams", len(cfg.Upstreams), "db", cfg.Store.SQLite.Path)
+	ingress.Go("http", func(ctx context.Context) error {
+		err := serveUntil(ctx, func() error {
+			if srv.TLSConfig != nil {
+				return srv.ServeTLS(ln, "", "")
+			}
+			return srv.Serve(ln)
+		}, func() {
+			// Shutdown in flow order: stop accepting, drain requests.
+			gw.Drain()
+			graceCtx, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+			defer cancelGrace()
+			if err := srv.Shutdown(graceCtx); errors.Is(err, context.DeadlineExceeded) {
+				log.Warn("grace period over: cancelling the remaining requests")
+				cancelBase(gateway.ErrShutdown)
+				_ = srv.Close()
+			}
+		})
+		inflight.Wait()
+		if err != nil {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
 	if started != nil {
 		started <- ln.Addr().String()
 	}
-	serveErr := make(chan error, 1)
-	go func() {
-		if srv.TLSConfig != nil {
-			serveErr <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		serveErr <- srv.Serve(ln)
-	}()
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		stopWriter()
-		return fmt.Errorf("http server: %w", err)
-	}
-
-	// Shutdown in flow order: stop accepting, drain requests, flush records.
-	log.Info("shutting down: draining in-flight requests", "grace", cfg.ShutdownGrace)
-	gw.Drain()
-	graceCtx, cancelGrace := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-	err = srv.Shutdown(graceCtx)
-	cancelGrace()
-	if errors.Is(err, context.DeadlineExceeded) {
-		log.Warn("grace period over: cancelling the remaining requests")
-		cancelBase(gateway.ErrShutdown)
-		_ = srv.Close()
-	}
-	inflight.Wait()
-	stopWriter()
-	log.Info("stopped")
 	return nil
+}
+
+// alerting is the alerting block of serve: the windows finished requests
+// feed (persisted in the store, reloaded after a restart), the engine that
+// evaluates the rules and the dispatcher that notifies, by severity. With
+// replicas (replicas.redis.url), only the holder of a lease in Redis
+// evaluates, over every replica's minutes read back from the shared store,
+// and each notification is sent once fleet-wide (internal/fleet).
+type alerting struct {
+	win        *window.Aggregator
+	engine     *alert.Engine
+	disp       *notify.Dispatcher
+	lease      *fleet.Lease
+	fleetState *fleet.State
+}
+
+// active is what /api/v1/alerts lists (activeAlerts).
+func (a *alerting) active() func() []alert.Alert {
+	return activeAlerts(a.engine, a.lease, a.fleetState)
+}
+
+// startAlerting builds the alerting block and runs it in stage.
+func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, st store.Backend, labels *label.Bounds, events *store.EventWriter,
+	reg *prometheus.Registry, log *slog.Logger) (*alerting, error) {
+	wcfg := window.Config{Labels: labels}
+	if cfg.Replicas.Enabled() {
+		wcfg.Grace = fleetGrace
+	}
+	win := window.New(wcfg, st, log.With("component", "window"), reg)
+	if err := win.Load(ctx, time.Now()); err != nil {
+		log.Warn("could not reload the alerting windows; they start empty", "err", err)
+	}
+	disp, err := notify.New(cfg.Notifiers, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	if err != nil {
+		return nil, err
+	}
+	stage.Defer(func() { _ = disp.Close() }) // after dedup has drained into it
+	a := &alerting{win: win, disp: disp}
+	var (
+		alertWin alert.Windows  = win
+		notifier alert.Notifier = disp
+		fleetWin *fleet.Windows
+		dedup    *fleet.Dedup
+	)
+	if rc := cfg.Replicas; rc.Enabled() {
+		rdb, err := fleet.NewClient(rc.Redis.URL, 2*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("replicas.redis.url: %w", err)
+		}
+		stage.Defer(func() { _ = rdb.Close() })
+		flog := log.With("component", "fleet")
+		a.lease = fleet.NewLease(rdb, fleet.LeaseOptions{Prefix: rc.PrefixOrDefault(), TTL: rc.LeaseOrDefault(), Log: flog, Registerer: reg})
+		dedup = fleet.NewDedup(disp, rdb, fleet.DedupOptions{Prefix: rc.PrefixOrDefault(), Repeat: cfg.Alerts.Repeat, Log: flog, Registerer: reg})
+		notifier = dedup
+		a.fleetState = fleet.NewState(a.lease, flog)
+		fleetWin = fleet.NewWindows(st, fleet.WindowsOptions{MinuteRetention: cfg.Store.Retention.Minute, Log: flog})
+		alertWin = fleetWin
+		log.Info("replicas: alerts are evaluated by the holder of the leader's lease in Redis, over the whole fleet's windows",
+			"replica", a.lease.ID(), "lease", rc.LeaseOrDefault(), "lag", fleetLag, "redis", redactedURL(rc.Redis.URL))
+	} else {
+		a.lease = fleet.Local(reg)
+		if cfg.Quotas.Redis.URL != "" {
+			log.Warn("quotas are shared in Redis but replicas.redis.url is not set: if several replicas run, each evaluates alerts over its own traffic and each notifies")
+		}
+	}
+	a.engine = alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg})
+	stage.Go("windows", win.Run)
+	// Closed local days of the windows merged, for percentiles over weeks.
+	compactor := window.NewCompactor(st, cfg.Location(), log.With("component", "window"))
+	stage.Go("window-days", func(ctx context.Context) error { return compactor.Run(ctx, 15*time.Minute) })
+	if fleetWin == nil {
+		stage.Go("alerts", func(ctx context.Context) error { return a.engine.Run(ctx, cfg.Alerts.Interval) })
+		return a, nil
+	}
+	stage.Go("lease", a.lease.Run) // released at shutdown: another replica takes over at once
+	stage.Go("dedup", dedup.Run)   // drains before the notifiers close
+	ev := &fleet.Evaluator{Lease: a.lease, Windows: fleetWin, Lag: fleetLag, Log: log.With("component", "alerts"),
+		Eval: func(ctx context.Context, now time.Time) { a.engine.Eval(ctx, now) }, State: a.fleetState, Engine: a.engine}
+	stage.Go("alerts", func(ctx context.Context) error { return ev.Run(ctx, cfg.Alerts.Interval) })
+	return a, nil
+}
+
+// startJobs runs the background jobs that maintain the store or read it,
+// each from the package that owns it; their first pass comes after first.
+func startJobs(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, prices *cost.Table, limiter quota.Limiter,
+	reg prometheus.Registerer, log *slog.Logger, first time.Duration) {
+	stage.Go("retention", func(ctx context.Context) error {
+		return store.RunRetention(ctx, st, retention(cfg.Store.Retention), first, log.With("component", "retention"))
+	})
+	if r, ok := st.(store.RollUpper); ok {
+		stage.Go("rollups", func(ctx context.Context) error {
+			return store.RunRollUps(ctx, r, first, log.With("component", "rollup"))
+		})
+	}
+	if cfg.Capture.Retention > 0 {
+		stage.Go("capture-retention", func(ctx context.Context) error {
+			return store.RunCaptureRetention(ctx, st, cfg.Capture.Retention, first, log.With("component", "capture"))
+		})
+	}
+	if len(cfg.GPUHours) > 0 {
+		stage.Go("gpu-hours", func(ctx context.Context) error {
+			return billing.RunGPUAllocation(ctx, st, prices, first, log.With("component", "gpu-hours"))
+		})
+	}
+	stage.Go("quota-preload", func(ctx context.Context) error {
+		return quota.RunPreload(ctx, limiter, quotaDaySeed(st), log.With("component", "quota"))
+	})
+	if cfg.EngineMetrics.Interval > 0 {
+		stage.Go("scrape", func(ctx context.Context) error {
+			return scrapeEngines(ctx, cfg, st, log.With("component", "scrape"), reg)
+		})
+	}
+}
+
+// recordObservers are the Record's observers after the ledger, in flow
+// order: the Prometheus metrics, the alerting windows, then trace export.
+// The trace exporter flushes when stage stops.
+func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, m *metrics.Metrics, win *window.Aggregator, log *slog.Logger) ([]gateway.Observer, error) {
+	observers := []gateway.Observer{{Name: "metrics", Observe: m.Observe}, {Name: "windows", Observe: win.Observe}}
+	te := cfg.TraceExport
+	if te.Endpoint == "" {
+		return observers, nil
+	}
+	// A span per request, to any OTLP backend; the upstreams' URLs give
+	// the spans their server.address and port.
+	ups := make(map[string]string, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		ups[u.Name] = u.URL
+	}
+	ex, err := traceexport.New(ctx, traceexport.Config{Endpoint: te.Endpoint, Headers: te.Headers, SampleRatio: te.SampleRatio, Upstreams: ups},
+		log.With("component", "trace-export"))
+	if err != nil {
+		return nil, err
+	}
+	stage.Defer(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ex.Shutdown(sctx)
+	})
+	return append(observers, gateway.Observer{Name: "trace_export", Observe: ex.Export}), nil
+}
+
+// captureSink is where the gateway's capture worker writes (capture is
+// off by default): the redacted text of slow or failed requests, in a
+// table of their own, pruned by capture.retention, read by admin tokens
+// only. nil when capture is off.
+func captureSink(cfg *config.Config, capStore store.Captures, log *slog.Logger) (func(context.Context, []*capture.Capture) error, error) {
+	if !cfg.Capture.Enabled {
+		return nil, nil
+	}
+	log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
+		"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
+	return capStore.AddCaptures, nil
+}
+
+// registerStoreConnected exports tollgate_store_connected.
+func registerStoreConnected(reg prometheus.Registerer, st store.Store) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_store_connected",
+		Help: "1 once the store has been reached and its schema checked; 0 while serve, started with ClickHouse unreachable, keeps connecting (finished requests wait in the write-ahead queue)."},
+		func() float64 {
+			if storeConnected(st) != nil {
+				return 0
+			}
+			return 1
+		}))
 }
 
 // ledgerConfig is the ledger of cfg's store section.

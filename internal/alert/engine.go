@@ -108,8 +108,9 @@ func NewEngine(cfg Config, w Windows, o Options) *Engine {
 func (e *Engine) Rules() []Rule { return slices.Clone(e.rules) }
 
 // Run evaluates every interval until ctx ends.
-func (e *Engine) Run(ctx context.Context, interval time.Duration) {
+func (e *Engine) Run(ctx context.Context, interval time.Duration) error {
 	Every(ctx, interval, func(ctx context.Context, now time.Time) { e.Eval(ctx, now) })
+	return nil
 }
 
 // Every calls eval at each tick of interval (30 s when not positive)

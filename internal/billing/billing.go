@@ -10,9 +10,11 @@ package billing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/cost"
+	"github.com/tollgate-dev/tollgate/internal/lifecycle"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
@@ -144,4 +146,25 @@ func LedgerLines(ctx context.Context, l Ledger, from, to time.Time) ([]cost.Ledg
 		}
 	}
 	return out, nil
+}
+
+// RunGPUAllocation spreads each closed hour's GPU cost over its requests,
+// a few minutes after the hour (records of the hour have reached the
+// store by then); its first pass, after first, catches up on the last
+// day. Idempotent. It returns when ctx ends.
+func RunGPUAllocation(ctx context.Context, l Ledger, tbl *cost.Table, first time.Duration, log *slog.Logger) error {
+	from := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
+	return lifecycle.Repeat(ctx, first, func(ctx context.Context) time.Duration {
+		to := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Hour)
+		if to.After(from) {
+			n, err := AllocateGPUHours(ctx, l, tbl, from, to)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("GPU-hour allocation failed", "err", err)
+			} else {
+				log.Debug("GPU-hour allocation", "from", from, "to", to, "changed", n)
+				from = to
+			}
+		}
+		return time.Until(time.Now().UTC().Truncate(time.Hour).Add(time.Hour + 5*time.Minute))
+	})
 }

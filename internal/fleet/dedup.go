@@ -176,7 +176,7 @@ func (d *Dedup) done() {
 // is bounded: claims go on for at most drainFor (5 s) after ctx ends, and
 // what is left then is handed over unclaimed, so a Redis that answers
 // slowly cannot hold up the shutdown.
-func (d *Dedup) Run(ctx context.Context) {
+func (d *Dedup) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		a, ok := d.pop()
 		if !ok {
@@ -195,7 +195,7 @@ func (d *Dedup) Run(ctx context.Context) {
 	for {
 		a, ok := d.pop()
 		if !ok {
-			return
+			return nil
 		}
 		if d.now().Before(deadline) {
 			d.send(dctx, a)

@@ -37,8 +37,9 @@ type Evaluator struct {
 }
 
 // Run evaluates every interval until ctx ends.
-func (e *Evaluator) Run(ctx context.Context, interval time.Duration) {
+func (e *Evaluator) Run(ctx context.Context, interval time.Duration) error {
 	alert.Every(ctx, interval, func(ctx context.Context, now time.Time) { e.Step(ctx, now) })
+	return nil
 }
 
 // Step is one tick of Run: it reports whether it evaluated.

@@ -172,10 +172,10 @@ func (l *Lease) Token() string {
 
 // Run takes and renews the lease until ctx ends, then releases it so that
 // another replica takes over at once instead of after the TTL.
-func (l *Lease) Run(ctx context.Context) {
+func (l *Lease) Run(ctx context.Context) error {
 	if l.rdb == nil {
 		<-ctx.Done()
-		return
+		return nil
 	}
 	t := time.NewTicker(l.ttl / 3)
 	defer t.Stop()
@@ -184,7 +184,7 @@ func (l *Lease) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			l.release()
-			return
+			return nil
 		case <-t.C:
 		}
 	}

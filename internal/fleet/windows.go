@@ -42,8 +42,7 @@ type Windows struct {
 	minutes map[int64][]row // UTC minute (Unix s) → every replica's rows
 	read    time.Time       // the last Refresh's now; zero: never
 
-	hourMu sync.Mutex
-	hours  map[int64]map[window.Key]*window.Stats
+	stored *window.Reader // closed hours, kept
 }
 
 type row struct {
@@ -77,8 +76,10 @@ func NewWindows(src Source, o WindowsOptions) *Windows {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Windows{src: src, keep: o.Keep, reread: o.Reread, minuteRet: o.MinuteRetention, log: o.Log, now: time.Now,
-		minutes: map[int64][]row{}, hours: map[int64]map[window.Key]*window.Stats{}}
+	w := &Windows{src: src, keep: o.Keep, reread: o.Reread, minuteRet: o.MinuteRetention, log: o.Log, now: time.Now,
+		minutes: map[int64][]row{}}
+	w.stored = window.NewReader(src, window.ReaderOptions{MinutesFirst: w.minutesFirst, Cache: 400, Log: o.Log})
+	return w
 }
 
 // Refresh reads the minutes stored since the last Refresh (less Reread),
@@ -159,46 +160,18 @@ func (w *Windows) Window(from, to time.Time, sel window.Selector, by []string, q
 // Hour merges one closed UTC hour from the store (every replica's rows);
 // closed hours do not change, so each is read once and kept (up to 400).
 func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {
-	h = h.UTC().Truncate(time.Hour)
-	w.hourMu.Lock()
-	series, ok := w.hours[h.Unix()]
-	w.hourMu.Unlock()
-	if !ok {
-		var err error
-		if series, err = w.readHour(ctx, h); err != nil {
-			return nil, err
-		}
-		w.hourMu.Lock()
-		if len(w.hours) >= 400 {
-			clear(w.hours)
-		}
-		w.hours[h.Unix()] = series
-		w.hourMu.Unlock()
-	}
-	out := map[string]*window.Group{}
-	for k, s := range series {
-		if match(sel, k) {
-			window.GroupIn(out, k, by).Stats.Merge(s)
-		}
-	}
-	return out, nil
+	return w.stored.Hour(ctx, h, sel, by, q)
 }
 
-// readHour reads a closed hour from the store. A replica writes an hour
-// row only for an hour it saw whole, so in an hour in which one started
-// (a rolling deploy) the hour rows lack its requests; every replica's
-// minutes do not. While the store keeps minutes (retention.minute, with
-// an hour to spare for the pruning pass), the hour is merged from them:
-// sixty times the rows, read once per hour and cached. Older hours come
-// from the hour rows.
-func (w *Windows) readHour(ctx context.Context, h time.Time) (map[window.Key]*window.Stats, error) {
-	if w.minuteRet <= 0 || h.After(w.now().Add(-w.minuteRet+time.Hour)) {
-		series, ok, err := window.ReadHourMinutes(ctx, w.src, h)
-		if err != nil || ok {
-			return series, err
-		}
-	}
-	return window.ReadHour(ctx, w.src, h)
+// minutesFirst says whether a closed hour is read from every replica's
+// minutes. A replica writes an hour row only for an hour it saw whole,
+// so in an hour in which one started (a rolling deploy) the hour rows
+// lack its requests; every replica's minutes do not. While the store
+// keeps minutes (retention.minute, with an hour to spare for the pruning
+// pass), the hour is merged from them: sixty times the rows, read once
+// per hour and kept. Older hours come from the hour rows.
+func (w *Windows) minutesFirst(h time.Time) bool {
+	return w.minuteRet <= 0 || h.After(w.now().Add(-w.minuteRet+time.Hour))
 }
 
 func match(sel window.Selector, k window.Key) bool {

@@ -119,7 +119,9 @@ func BenchmarkProxy(b *testing.B) {
 // BenchmarkFinish measures the per-record work after the response: derived
 // figures, sampling decision, and metrics.
 func BenchmarkFinish(b *testing.B) {
-	g, _ := New(Options{Config: testConfig("http://127.0.0.1:9/v1"), Log: discardLog(), Metrics: newBenchMetrics(), Sink: func(*record.Record) func(context.Context) error { return nil }})
+	m := newBenchMetrics()
+	g, _ := New(Options{Config: testConfig("http://127.0.0.1:9/v1"), Log: discardLog(), Metrics: m, Sink: func(*record.Record) func(context.Context) error { return nil },
+		Observers: []Observer{{Name: "metrics", Observe: m.Observe}}})
 	r := &record.Record{RequestID: "req_x", Model: "m", Upstream: "up", BizLine: "b", Stream: true, Status: 200,
 		Usage: record.Usage{InputTokens: 10, OutputTokens: 64, Source: record.SourceEngine}}
 	r.Marks.FirstClientToken, r.Marks.LastToken, r.Marks.End = 1e6, 64e6, 65e6

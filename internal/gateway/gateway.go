@@ -72,7 +72,8 @@ type Options struct {
 	Joiner *otlp.Joiner
 	Amend  func(requestID string, et record.EngineTiming)
 	// Observers receive every finished Record after the Sink, in order
-	// (the alerting windows, trace export): each must not block, and each
+	// (serve's: Metrics.Observe, the alerting windows, trace export): each
+	// must not block, and each
 	// runs isolated — a panic in one is logged and counted, and neither
 	// the Record's row nor the observers after it are lost to it.
 	Observers []Observer
@@ -166,7 +167,7 @@ func New(o Options) (*Gateway, error) {
 		buffers:  newBudget(o.Config.Limits.MaxBufferedBytes),
 		stop:     make(chan struct{}),
 	}
-	g.observers = append([]Observer{{Name: "metrics", Observe: o.Metrics.Observe}}, o.Observers...)
+	g.observers = o.Observers
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}

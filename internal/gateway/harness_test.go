@@ -55,6 +55,7 @@ func newTestGatewayWith(t testing.TB, cfg *config.Config, with func(*Options)) *
 	if with != nil {
 		with(&o)
 	}
+	o.Observers = append([]Observer{{Name: "metrics", Observe: o.Metrics.Observe}}, o.Observers...)
 	g, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -124,7 +124,8 @@ func startBubble(t *testing.T, simCfg sim.Config) *bubble {
 	if err := b.cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Config: b.cfg, Log: discardLog(), Metrics: metrics.New(prometheus.NewRegistry(), label.New(nil, b.cfg.LabelConfig())),
+	m := metrics.New(prometheus.NewRegistry(), label.New(nil, b.cfg.LabelConfig()))
+	g, err := New(Options{Config: b.cfg, Log: discardLog(), Metrics: m, Observers: []Observer{{Name: "metrics", Observe: m.Observe}},
 		Sink: func(r *record.Record) func(context.Context) error { b.records <- r; return nil }, Dial: b.net.DialContext})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 )
@@ -37,13 +38,6 @@ type ScopeUsage struct {
 // UsageReader is a limiter that can report today's daily-quota usage.
 type UsageReader interface {
 	Usage(now time.Time) []ScopeUsage
-}
-
-// Preloader is a limiter that loads today's recorded usage of every
-// scope at start (Local and redisquota.Limiter). It is optional by
-// design: a limiter that keeps no daily counters has nothing to load.
-type Preloader interface {
-	Preload(ctx context.Context, all DaySeedFunc) error
 }
 
 var _ Preloader = (*Local)(nil)
@@ -218,4 +212,26 @@ func (l *Local) install(s Scope, lim *limits, now time.Time, d *day, u Used) {
 	e.roll(d.key)
 	e.seededDay.Store(d.key)
 	e.tokens.used, e.cost.used = max(u.Tokens, 0), max(u.CostNanos, 0)
+}
+
+// Preloader is a limiter that can load today's usage of its scopes in
+// one pass (Local, and redisquota's Limiter).
+type Preloader interface {
+	Preload(ctx context.Context, all DaySeedFunc) error
+}
+
+// RunPreload is serve's start-up job: it preloads l when l is a
+// Preloader, so the budget-burn view is right after a restart before each
+// scope's first request. Requests do not wait for it: one whose scope is
+// not loaded yet seeds that scope itself. A failure is logged, not
+// returned: each scope then loads at its first request.
+func RunPreload(ctx context.Context, l Limiter, all DaySeedFunc, log *slog.Logger) error {
+	p, ok := l.(Preloader)
+	if !ok {
+		return nil
+	}
+	if err := p.Preload(ctx, all); err != nil && ctx.Err() == nil {
+		log.Warn("could not load today's quota usage at start; each scope loads it at its first request", "err", err)
+	}
+	return nil
 }

@@ -122,6 +122,7 @@ func newEnv(t *testing.T, s setup) *env {
 	if l := e.limiter(cfg); l != nil {
 		o.Limiter = l
 	}
+	o.Observers = []gateway.Observer{{Name: "metrics", Observe: o.Metrics.Observe}}
 	gw, err := gateway.New(o)
 	if err != nil {
 		t.Fatal(err)

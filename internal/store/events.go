@@ -34,7 +34,7 @@ func (e *EventWriter) Send(ev Event) {
 }
 
 // Run writes events in batches until ctx is done, then writes what is left.
-func (e *EventWriter) Run(ctx context.Context) {
+func (e *EventWriter) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var batch []Event
@@ -65,7 +65,7 @@ func (e *EventWriter) Run(ctx context.Context) {
 					fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					flush(fctx)
 					cancel()
-					return
+					return nil
 				}
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/quota"
 	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
 // Store is what the API reads: the ledger, reports, events, engine
@@ -64,9 +65,9 @@ type Options struct {
 
 // API is the /api/v1/ handler.
 type API struct {
-	o      Options
-	mux    *http.ServeMux
-	merged mergedCache // stored window hours and days, merged
+	o       Options
+	mux     *http.ServeMux
+	windows *window.Reader // the alerting windows, stored and in memory
 }
 
 // Roles, weakest first.
@@ -83,7 +84,7 @@ func NewAPI(o Options) *API {
 	if o.Loc == nil {
 		o.Loc = time.UTC
 	}
-	a := &API{o: o, mux: http.NewServeMux()}
+	a := &API{o: o, mux: http.NewServeMux(), windows: newWindowReader(o)}
 	a.mux.HandleFunc("GET /api/v1/reports", a.read(a.listReports))
 	a.mux.HandleFunc("GET /api/v1/reports/{kind}", a.read(a.getReport))
 	a.mux.HandleFunc("GET /api/v1/requests", a.read(a.listRequests))

@@ -9,10 +9,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
@@ -362,402 +360,32 @@ func (a *API) buildSeries(ctx context.Context, q url.Values) (map[string]any, er
 		"by": by, "measures": measures, "series": out}, nil
 }
 
-// wgroup is one group of window stats per step.
-type wgroup struct {
-	key   window.Key
-	stats []*window.Stats
+// windowStats merges the alerting windows of tl's steps, grouped by by
+// and filtered by where, with the sketches of qs (window.Query).
+func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where map[string]string, qs ...window.Quantity) (map[window.Key]*window.Series, error) {
+	return a.windows.Read(ctx, window.Query{From: tl.from, To: tl.to, Steps: tl.starts, Sel: window.Selector(where), By: by, Quantities: qs})
 }
 
-// windowStats merges the alerting windows' minutes of tl's steps, grouped
-// by by and filtered by where, with the sketches of qs: minutes of the
-// last windowMemory from the aggregator, older ones from the store.
-func (a *API) windowStats(ctx context.Context, tl *timeline, by []string, where map[string]string, qs ...window.Quantity) (map[string]*wgroup, error) {
-	groups := map[string]*wgroup{}
-	slot := func(k window.Key, i int) *window.Stats {
-		gk := window.GroupKey(k, by)
-		g := groups[gk]
-		if g == nil {
-			g = &wgroup{stats: make([]*window.Stats, len(tl.starts))}
-			for _, l := range by {
-				setLabel(&g.key, l, k.Label(l))
-			}
-			groups[gk] = g
-		}
-		if g.stats[i] == nil {
-			g.stats[i] = &window.Stats{}
-		}
-		return g.stats[i]
+// newWindowReader answers the API's window queries: the last windowMemory
+// from the aggregator, older minutes, hours and compacted days from the
+// store, closed periods merged once and kept (up to maxCached).
+func newWindowReader(o Options) *window.Reader {
+	var st window.HourReader
+	var days window.DayReader
+	if o.Store != nil {
+		st, days = o.Store, o.Store
 	}
-	cut := window.Minute(a.o.Now()).Add(-windowMemory)
-	storeEnd := earlier(tl.to, cut)
-	// Whole local days read merged from their day rows, where compacted;
-	// the rest hour by hour, and minute by minute at the edges.
-	days := a.storedDays(ctx, tl, storeEnd, by, where, qs)
-	a.prefetchHours(ctx, tl, storeEnd, by, where, qs, days)
-	for t := tl.from; t.Before(storeEnd); {
-		if d, ok := days[t.Unix()]; ok {
-			for _, g := range d.groups {
-				slot(g.key, tl.index(t)).Merge(g.stats)
-			}
-			t = d.end
-			continue
-		}
-		h := t.UTC().Truncate(time.Hour)
-		hi := earlier(h.Add(time.Hour), earlier(storeEnd, days.nextStart(t)))
-		i := tl.index(t)
-		if i < 0 {
-			t = hi
-			continue
-		}
-		if t.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.wholeHour(h, storeEnd) {
-			// A whole closed hour within one step: merged once, kept.
-			hg, err := a.merged.get(ctx, "h", h, by, where, qs, a.hourLoader(ctx, h))
-			if err != nil {
-				return nil, err
-			}
-			for _, g := range hg {
-				slot(g.key, i).Merge(g.stats)
-			}
-			t = hi
-			continue
-		}
-		rows, err := a.o.Store.WindowMinutes(ctx, t, hi)
-		if err != nil {
-			return nil, err
-		}
-		for _, row := range rows {
-			k := window.Key{Model: row.Model, BizLine: row.BizLine, Upstream: row.Upstream, Template: row.Template}
-			if !matches(k, where) {
-				continue
-			}
-			i := tl.index(row.Minute)
-			if i < 0 {
-				continue
-			}
-			if err := slot(k, i).MergeBinary(row.Data, qs...); err != nil {
-				a.o.Log.Warn("skipping an unreadable window minute", "minute", row.Minute, "err", err)
-			}
-		}
-		t = hi
-	}
-	if tl.to.After(cut) {
-		memQ := window.AllQuantity
-		if len(qs) == 1 {
-			memQ = qs[0]
-		}
-		sel := window.Selector(where)
-		for i, start := range tl.starts {
-			end := tl.to
-			if i+1 < len(tl.starts) {
-				end = tl.starts[i+1]
-			}
-			if !end.After(cut) {
-				continue
-			}
-			for _, g := range a.o.Windows.Window(later(start, cut), end, sel, by, memQ) {
-				slot(g.Key, i).Merge(&g.Stats)
-			}
-		}
-	}
-	return groups, nil
-}
-
-func matches(k window.Key, where map[string]string) bool {
-	for l, v := range where {
-		if k.Label(l) != v {
-			return false
-		}
-	}
-	return true
-}
-
-// mergedCache keeps closed periods of the stored windows (UTC hours,
-// local days) merged per group, by grouping and filter: stored periods do
-// not change, and reading and decoding stored rows is most of the cost of
-// a percentile over days (a dashboard asks for the same periods again and
-// again, and its pages ask for several quantities at once). An entry
-// holds the sketches of the quantities asked for and of hotQuantities,
-// read in one pass; concurrent callers of a period being read wait for
-// that read rather than repeating it.
-type mergedCache struct {
-	mu sync.Mutex
-	m  map[string]*mergedEntry
-}
-
-type mergedEntry struct {
-	mask    uint32        // the quantities whose sketches are merged
-	groups  []hourGroup   // valid once loading is nil
-	loading chan struct{} // closed when the read ends
-}
-
-type hourGroup struct {
-	key   window.Key
-	stats *window.Stats
+	return window.NewReader(st, window.ReaderOptions{Days: days, Loc: o.Loc, Memory: o.Windows, Recent: windowMemory,
+		Now: o.Now, Cache: maxCached, Hot: hotQuantities, Log: o.Log})
 }
 
 // hotQuantities are read with any other: the latencies the Overview and
 // Diagnostics pages show side by side.
 var hotQuantities = []window.Quantity{window.TTFT, window.TPOT, window.E2E}
 
-// maxCached bounds the cache (a month of hours for a few groupings); it
-// is emptied when full.
+// maxCached bounds the merged periods kept (a month of hours for a few
+// groupings); the cache is emptied when full.
 const maxCached = 4000
-
-// rowLoader hands every stored row of a period to emit, and says whether
-// the period is there at all (a day not yet compacted is not).
-type rowLoader func(emit func(k window.Key, data []byte)) (bool, error)
-
-func maskOf(qs []window.Quantity) uint32 {
-	var m uint32
-	for _, q := range qs {
-		m |= 1 << q
-	}
-	return m
-}
-
-// get is the period of kind starting at at, grouped by by, filtered by
-// where, with the sketches of qs (and more), from the cache or from load;
-// nil when load finds no period (not kept: it may come).
-func (c *mergedCache) get(ctx context.Context, kind string, at time.Time, by []string, where map[string]string, qs []window.Quantity, load rowLoader) ([]hourGroup, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%d|%s", kind, at.Unix(), strings.Join(by, ","))
-	for _, l := range slices.Sorted(maps.Keys(where)) {
-		fmt.Fprintf(&b, "|%s=%q", l, where[l])
-	}
-	key := b.String()
-	want := maskOf(qs)
-	if len(qs) == 0 {
-		want = 1<<window.AllQuantity - 1
-	}
-	var e *mergedEntry
-	for {
-		c.mu.Lock()
-		e = c.m[key]
-		if e == nil || e.loading == nil && e.mask&want != want {
-			break // c.mu held: this caller reads the period
-		}
-		if e.loading == nil {
-			c.mu.Unlock()
-			return e.groups, nil
-		}
-		ch := e.loading
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	read := slices.Concat(qs, hotQuantities)
-	if len(qs) == 0 {
-		read = nil // every quantity
-	}
-	mine := &mergedEntry{mask: want | maskOf(hotQuantities), loading: make(chan struct{})}
-	if len(qs) == 0 {
-		mine.mask = want
-	}
-	if c.m == nil || len(c.m) >= maxCached {
-		c.m = map[string]*mergedEntry{}
-	}
-	c.m[key] = mine
-	c.mu.Unlock()
-
-	groups := map[string]*hourGroup{}
-	found, err := load(func(k window.Key, data []byte) {
-		if len(data) == 0 || !matches(k, where) {
-			return // a day's marker row, or not asked for
-		}
-		gk := window.GroupKey(k, by)
-		g := groups[gk]
-		if g == nil {
-			g = &hourGroup{stats: &window.Stats{}}
-			for _, l := range by {
-				setLabel(&g.key, l, k.Label(l))
-			}
-			groups[gk] = g
-		}
-		_ = g.stats.MergeBinary(data, read...) // an unreadable row is skipped
-	})
-	hg := make([]hourGroup, 0, len(groups))
-	for _, g := range groups {
-		hg = append(hg, *g)
-	}
-	c.mu.Lock()
-	if err != nil || !found {
-		if c.m[key] == mine {
-			delete(c.m, key)
-		}
-		hg = nil
-	} else {
-		mine.groups = hg
-	}
-	close(mine.loading)
-	mine.loading = nil
-	c.mu.Unlock()
-	return hg, err
-}
-
-// hourLoader reads the stored UTC hour h: its hour rows, or its minutes
-// where it has none.
-func (a *API) hourLoader(ctx context.Context, h time.Time) rowLoader {
-	return func(emit func(window.Key, []byte)) (bool, error) {
-		return true, window.EachHourRow(ctx, a.o.Store, h, emit)
-	}
-}
-
-// wholeHour says whether the UTC hour h lies whole in [tl.from, end) and
-// within one step, and so can be read merged from the cache.
-func (tl *timeline) wholeHour(h, end time.Time) bool {
-	i := tl.index(h)
-	return i >= 0 && !h.Before(tl.from) && !h.Add(time.Hour).After(end) && tl.index(h.Add(time.Hour-time.Minute)) == i
-}
-
-// storedDay is a compacted local day, merged per group.
-type storedDay struct {
-	end    time.Time
-	groups []hourGroup
-}
-
-// storedDays are compacted days by their start (Unix s).
-type storedDays map[int64]storedDay
-
-// nextStart is the start of the first of the days after t, or a time
-// far ahead when none is: where a stretch read by the hour must stop
-// (in zones whose days start on the half hour, mid-hour).
-func (ds storedDays) nextStart(t time.Time) time.Time {
-	next := int64(math.MaxInt64)
-	for s := range ds {
-		if s > t.Unix() && s < next {
-			next = s
-		}
-	}
-	if next == math.MaxInt64 {
-		return time.Unix(1<<40, 0)
-	}
-	return time.Unix(next, 0)
-}
-
-// storedDays are the local days lying whole in [tl.from, end) and within
-// one step that the store has compacted (window.Compactor), by their
-// start (Unix s), read a few at a time: a day's rows replace its 24
-// hours'.
-func (a *API) storedDays(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity) storedDays {
-	loc := a.o.Loc
-	if loc == nil {
-		loc = time.UTC
-	}
-	var starts []time.Time
-	for d := store.FloorDay(tl.from, loc); d.Before(end); d = store.NextDay(d, loc) {
-		e := store.NextDay(d, loc)
-		if i := tl.index(d); i >= 0 && !d.Before(tl.from) && !e.After(end) && tl.index(e.Add(-time.Minute)) == i {
-			starts = append(starts, d)
-		}
-	}
-	out := storedDays{}
-	var mu sync.Mutex
-	parallel(ctx, starts, func(d time.Time) {
-		hg, err := a.merged.get(ctx, "d", d, by, where, qs, func(emit func(window.Key, []byte)) (bool, error) {
-			rows, err := a.o.Store.WindowDays(ctx, d, d.Add(time.Second))
-			for _, r := range rows {
-				emit(window.Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
-			}
-			return len(rows) > 0, err // none: not compacted (yet), read by the hour
-		})
-		if err != nil {
-			a.o.Log.Warn("could not read a compacted window day; reading its hours", "day", d, "err", err)
-			return
-		}
-		if hg != nil {
-			mu.Lock()
-			out[d.Unix()] = storedDay{end: store.NextDay(d, loc), groups: hg}
-			mu.Unlock()
-		}
-	})
-	return out
-}
-
-// prefetchHours merges the whole stored hours of tl not yet cached and
-// not within a compacted day, a few at a time: decoding sketches is
-// CPU-bound, and a range of days has hundreds of hours to decode on its
-// first call.
-func (a *API) prefetchHours(ctx context.Context, tl *timeline, end time.Time, by []string, where map[string]string, qs []window.Quantity, days storedDays) {
-	var hours []time.Time
-	for t := tl.from; t.Before(end); {
-		if d, ok := days[t.Unix()]; ok {
-			t = d.end
-			continue
-		}
-		h := t.UTC().Truncate(time.Hour)
-		hi := earlier(h.Add(time.Hour), days.nextStart(t))
-		if t.Equal(h) && hi.Equal(h.Add(time.Hour)) && tl.wholeHour(h, end) {
-			hours = append(hours, h)
-		}
-		t = hi
-	}
-	parallel(ctx, hours, func(h time.Time) {
-		// Errors are met again, and returned, by the caller's read.
-		_, _ = a.merged.get(ctx, "h", h, by, where, qs, a.hourLoader(ctx, h))
-	})
-}
-
-// parallel calls f for every item on a few goroutines (one per CPU, up to
-// 4), until ctx ends.
-func parallel[T any](ctx context.Context, items []T, f func(T)) {
-	workers := min(runtime.GOMAXPROCS(0), 4, len(items))
-	if workers <= 1 {
-		for _, it := range items {
-			if ctx.Err() != nil {
-				return
-			}
-			f(it)
-		}
-		return
-	}
-	ch := make(chan T)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for it := range ch {
-				f(it)
-			}
-		})
-	}
-	for _, it := range items {
-		if ctx.Err() != nil {
-			break
-		}
-		ch <- it
-	}
-	close(ch)
-	wg.Wait()
-}
-
-func setLabel(k *window.Key, l, v string) {
-	switch l {
-	case "model":
-		k.Model = v
-	case "biz_line":
-		k.BizLine = v
-	case "upstream":
-		k.Upstream = v
-	case "template":
-		k.Template = v
-	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
 
 // quantiles are P50, P95 and P99 of q in s (nil when no values), and how
 // many values they are over.
@@ -823,22 +451,20 @@ func (a *API) percentiles(w http.ResponseWriter, r *http.Request) {
 			Points []point           `json:"points"`
 		}
 		if len(groups) == 0 && by == "" {
-			groups[""] = &wgroup{stats: make([]*window.Stats, len(tl.starts))}
+			groups[window.Key{}] = &window.Series{Steps: make([]*window.Stats, len(tl.starts))}
 		}
 		out := []series{}
-		keys := make([]string, 0, len(groups))
-		for k := range groups {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.SortedFunc(maps.Keys(groups), func(x, y window.Key) int {
+			return strings.Compare(window.GroupKey(x, byl), window.GroupKey(y, byl))
+		})
 		for _, k := range keys {
 			g := groups[k]
 			s := series{Key: map[string]string{}, Points: make([]point, len(tl.starts))}
 			if by != "" {
-				s.Key[by] = g.key.Label(by)
+				s.Key[by] = g.Key.Label(by)
 			}
 			for i, start := range tl.starts {
-				p50, p95, p99, n := quantiles(g.stats[i], qty)
+				p50, p95, p99, n := quantiles(g.Steps[i], qty)
 				s.Points[i] = point{start.Format(time.RFC3339), n, p50, p95, p99}
 			}
 			out = append(out, s)
@@ -988,8 +614,8 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 		}
 		for _, qty := range qs {
 			var p pct
-			if g := groups[""]; g != nil {
-				p.P50, p.P95, p.P99, p.Count = quantiles(g.stats[0], qty)
+			if g := groups[window.Key{}]; g != nil {
+				p.P50, p.P95, p.P99, p.Count = quantiles(g.Steps[0], qty)
 			}
 			lat[qty.String()] = p
 		}

@@ -59,8 +59,7 @@ type Aggregator struct {
 	from    int64                    // Unix s: Config.From, or the first Load or Flush
 	hourly  map[int64]bool           // hours persisted merged
 
-	hourMu sync.Mutex
-	hours  map[int64]map[Key]*Stats // closed hours read back from the store
+	stored *Reader // closed hours read back from the store, kept
 }
 
 // New returns an Aggregator; p may be nil.
@@ -86,8 +85,12 @@ func New(cfg Config, p Persister, log *slog.Logger, reg prometheus.Registerer) *
 		minutes: map[int64]map[Key]*Stats{},
 		flushed: map[int64]bool{},
 		hourly:  map[int64]bool{},
-		hours:   map[int64]map[Key]*Stats{},
 	}
+	var st HourReader
+	if p != nil {
+		st = p
+	}
+	a.stored = NewReader(st, ReaderOptions{Cache: 400, Log: log})
 	if !cfg.From.IsZero() {
 		a.from = cfg.From.Unix()
 	}
@@ -185,7 +188,7 @@ func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
 // Run consumes observed requests, and every few seconds persists the
 // minutes that closed more than Grace ago and forgets those older than
 // Keep. It returns when ctx ends, after persisting what it can.
-func (a *Aggregator) Run(ctx context.Context) {
+func (a *Aggregator) Run(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
@@ -207,7 +210,7 @@ func (a *Aggregator) Run(ctx context.Context) {
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			a.Flush(fctx, time.Now().Add(a.cfg.Grace+time.Minute))
 			cancel()
-			return
+			return nil
 		}
 	}
 }
@@ -395,53 +398,19 @@ func GroupIn(out map[string]*Group, k Key, by []string) *Group {
 // and kept (up to 400 hours). Only ask for hours that closed more than
 // Grace ago.
 func (a *Aggregator) Hour(ctx context.Context, h time.Time, sel Selector, by []string, q Quantity) (map[string]*Group, error) {
-	h = h.UTC().Truncate(time.Hour)
-	a.hourMu.Lock()
-	series, ok := a.hours[h.Unix()]
-	a.hourMu.Unlock()
-	if !ok {
-		series = map[Key]*Stats{}
-		if a.p != nil {
-			var err error
-			if series, err = ReadHour(ctx, a.p, h); err != nil {
-				return nil, err
-			}
-		}
-		a.hourMu.Lock()
-		if len(a.hours) >= 400 {
-			clear(a.hours) // read again when needed
-		}
-		a.hours[h.Unix()] = series
-		a.hourMu.Unlock()
-	}
-	out := map[string]*Group{}
-	for k, s := range series {
-		if sel.match(k) {
-			addTo(out, k, by, s, q)
-		}
-	}
-	return out, nil
+	return a.stored.Hour(ctx, h, sel, by, q)
 }
 
-// HourReader is what ReadHour reads from: the store.
+// HourReader is what stored windows are read from: the store.
 type HourReader interface {
 	WindowMinutes(ctx context.Context, from, to time.Time) ([]store.WindowMinute, error)
 	WindowHours(ctx context.Context, from, to time.Time) ([]store.WindowHour, error)
 }
 
-// ReadHour merges the stored series of the closed UTC hour [h, h+1h):
-// from its hour rows when it has any, else from its minutes (an hour no
-// writer saw whole, or written before hours were). Unreadable rows are
-// skipped.
-func ReadHour(ctx context.Context, st HourReader, h time.Time) (map[Key]*Stats, error) {
-	series := map[Key]*Stats{}
-	err := EachHourRow(ctx, st, h, func(k Key, data []byte) { decodeInto(series, k, data) })
-	return series, err
-}
-
-// EachHourRow hands f every stored row of the closed UTC hour [h, h+1h),
-// encoded: its hour rows when it has any, else its minutes.
-func EachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) error {
+// eachHourRow hands f every stored row of the closed UTC hour [h, h+1h),
+// encoded: its hour rows when it has any, else its minutes (an hour no
+// writer saw whole, or written before hours were).
+func eachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) error {
 	hrs, err := st.WindowHours(ctx, h, h.Add(time.Hour))
 	if err != nil {
 		return err
@@ -454,17 +423,6 @@ func EachHourRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, 
 	}
 	_, err = eachMinuteRow(ctx, st, h, f)
 	return err
-}
-
-// ReadHourMinutes merges the stored minutes of the closed UTC hour [h,
-// h+1h), every writer's: exact even where some writer saw only part of
-// the hour and so wrote no hour row for it, which ReadHour's hour rows
-// then lack. ok is false when the store holds no minute of the hour
-// (pruned by retention.minute, or no traffic).
-func ReadHourMinutes(ctx context.Context, st HourReader, h time.Time) (series map[Key]*Stats, ok bool, err error) {
-	series = map[Key]*Stats{}
-	n, err := eachMinuteRow(ctx, st, h, func(k Key, data []byte) { decodeInto(series, k, data) })
-	return series, n > 0, err
 }
 
 func eachMinuteRow(ctx context.Context, st HourReader, h time.Time, f func(k Key, data []byte)) (int, error) {

@@ -89,13 +89,13 @@ func (c *Compactor) Compact(ctx context.Context, now time.Time) (int, error) {
 
 // Run compacts now and then every interval until ctx ends; errors are
 // logged and tried again at the next pass.
-func (c *Compactor) Run(ctx context.Context, every time.Duration) {
+func (c *Compactor) Run(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if n, err := c.Compact(ctx, time.Now()); err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			c.log.Warn("could not compact the alerting windows' days; readers use their hours", "err", err)
 		} else if n > 0 {
@@ -103,65 +103,24 @@ func (c *Compactor) Run(ctx context.Context, every time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
 }
 
-// ReadRange merges the stored series of [from, to): whole UTC hours from
-// ReadHour, the parts of hours at either end (zones with half-hour
-// offsets) from their minutes.
+// ReadRange merges the stored series of [from, to), one Stats per
+// series: a Query over one step by every label, whole UTC hours from
+// their hour rows (their minutes where they have none), the parts of
+// hours at either end (zones with half-hour offsets) from their minutes.
 func ReadRange(ctx context.Context, st HourReader, from, to time.Time) (map[Key]*Stats, error) {
-	series := map[Key]*Stats{}
-	for t := from; t.Before(to); {
-		h := t.UTC().Truncate(time.Hour)
-		next := h.Add(time.Hour)
-		if t.Equal(h) && !next.After(to) {
-			hs, err := ReadHour(ctx, st, h)
-			if err != nil {
-				return nil, err
-			}
-			for k, s := range hs {
-				mergeInto(series, k, s)
-			}
-			t = next
-			continue
-		}
-		hi := next
-		if to.Before(hi) {
-			hi = to
-		}
-		rows, err := st.WindowMinutes(ctx, t, hi)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range rows {
-			decodeInto(series, Key{Model: r.Model, BizLine: r.BizLine, Upstream: r.Upstream, Template: r.Template}, r.Data)
-		}
-		t = hi
+	res, err := NewReader(st, ReaderOptions{}).Read(ctx, Query{From: from, To: to, By: Labels})
+	if err != nil {
+		return nil, err
+	}
+	series := make(map[Key]*Stats, len(res))
+	for k, s := range res {
+		series[k] = s.Steps[0]
 	}
 	return series, nil
-}
-
-// mergeInto adds s to series[k], taking s itself when k is new.
-func mergeInto(series map[Key]*Stats, k Key, s *Stats) {
-	if old := series[k]; old != nil {
-		old.Merge(s)
-	} else {
-		series[k] = s
-	}
-}
-
-// decodeInto decodes one stored row and adds it to series[k]; an
-// unreadable (or empty: a day's marker) row is skipped.
-func decodeInto(series map[Key]*Stats, k Key, data []byte) {
-	if len(data) == 0 {
-		return
-	}
-	s := &Stats{}
-	if err := s.UnmarshalBinary(data); err != nil {
-		return
-	}
-	mergeInto(series, k, s)
 }

@@ -82,7 +82,6 @@ func TestCompactDays(t *testing.T) {
 			if !r.Start.Equal(d) || !r.End.Equal(store.NextDay(d, loc)) {
 				t.Errorf("%s: row bounds %v – %v", d.Format(time.DateOnly), r.Start, r.End)
 			}
-			decodeInto(map[Key]*Stats{}, Key{}, r.Data) // readable
 			s := &Stats{}
 			if err := s.UnmarshalBinary(r.Data); err != nil {
 				t.Fatalf("%s %s: %v", d.Format(time.DateOnly), r.Model, err)

@@ -9,6 +9,14 @@
 // It sits beside the ledger, after the gateway: the gateway hands each
 // finished Record to Observe, which never blocks; the alert evaluator
 // (internal/alert) reads windows.
+//
+// Every read of a period reaching past memory is one Query answered by a
+// Reader (query.go): it plans which stored resolution serves each stretch
+// — compacted local days (Compactor), whole UTC hours, minutes at the
+// edges, the aggregator's memory for the newest minutes — merges their
+// sketches, and keeps merged closed periods (cache.go). The dashboard's
+// percentiles and overview (internal/web), the alert baselines' stored
+// hours (Aggregator.Hour, fleet.Windows) and the day compactor all ask it.
 package window
 
 import (
