@@ -79,7 +79,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("reconcile", "reconcile --bill FILE [--bill-format openai|generic --map day=COL,model=COL,...] [--db PATH] [--json]", stderr)
 	billPath := fs.String("bill", "", "the provider's usage export (CSV) (required)")
 	format := fs.String("bill-format", "openai", "openai (usage export / Usage API fields) or generic (with --map)")
-	mapping := fs.String("map", "", "generic CSV columns: day=,day_layout=,model=,key=,requests=,input=,cached=,output=,cost=,currency=,cost_currency=")
+	mapping := fs.String("map", "", "generic CSV columns: day=,day_layout=,model=,key=,requests=,input=,cached=,cache_write=,output=,cost=,currency=,cost_currency= (a count may sum columns: cache_write=A+B)")
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "JSON instead of a table")
 	noSave := fs.Bool("no-save", false, "do not keep this run in the ledger file (the dashboard's Cost page lists kept runs)")
@@ -164,12 +164,12 @@ func parseColumnMap(s string) (cost.ColumnMap, error) {
 		return m, fmt.Errorf("--map is required with --bill-format generic, e.g. --map day=Date,model=Model,input=Input,output=Output")
 	}
 	fields := map[string]*string{"day": &m.Day, "day_layout": &m.DayLayout, "model": &m.Model, "key": &m.Key, "requests": &m.Requests,
-		"input": &m.Input, "cached": &m.Cached, "output": &m.Output, "cost": &m.Cost, "currency": &m.Currency, "cost_currency": &m.CostCurrency}
+		"input": &m.Input, "cached": &m.Cached, "cache_write": &m.CacheWrite, "output": &m.Output, "cost": &m.Cost, "currency": &m.Currency, "cost_currency": &m.CostCurrency}
 	for part := range strings.SplitSeq(s, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		p, known := fields[strings.TrimSpace(k)]
 		if !ok || !known {
-			return m, fmt.Errorf("--map: %q is not name=column with a name among day, day_layout, model, key, requests, input, cached, output, cost, currency, cost_currency", part)
+			return m, fmt.Errorf("--map: %q is not name=column with a name among day, day_layout, model, key, requests, input, cached, cache_write, output, cost, currency, cost_currency", part)
 		}
 		*p = strings.TrimSpace(v)
 	}

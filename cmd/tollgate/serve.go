@@ -179,35 +179,6 @@ func retention(r config.Retention) store.Retention {
 	return store.Retention{Details: r.Details, Ledger: r.Ledger, Minute: r.Minute, Hour: r.Hour, Day: r.Day, Events: r.Events, Engine: r.Minute}
 }
 
-// scrapeEngines reads each upstream's own /metrics into time series for
-// the diagnostics view, off the request path.
-func scrapeEngines(ctx context.Context, cfg *config.Config, a store.EngineLog, log *slog.Logger, reg prometheus.Registerer) error {
-	var targets []scrape.Target
-	for _, u := range cfg.Upstreams {
-		if !scrape.Scrapable(u.Engine) {
-			continue
-		}
-		url, err := scrape.MetricsURL(u.URL)
-		if err != nil {
-			log.Warn("no metrics URL for upstream", "upstream", u.Name, "err", err)
-			continue
-		}
-		targets = append(targets, scrape.Target{Upstream: u.Name, Engine: u.Engine, URL: url, APIKey: u.APIKey})
-	}
-	sink := func(ss []scrape.Sample) {
-		out := make([]store.EngineSample, len(ss))
-		for i, s := range ss {
-			out[i] = store.EngineSample{At: s.At, Upstream: s.Upstream, Model: s.Model, Up: s.Up, Running: s.Running, Waiting: s.Waiting,
-				KVCacheUsage: s.KVCacheUsage, PrefixCacheHitRate: s.PrefixCacheHitRate, TTFTP50: s.TTFTP50, TTFTP95: s.TTFTP95, TTFTP99: s.TTFTP99,
-				PromptTokensPerS: s.PromptTokensPerS, GenerationTokensPerS: s.GenerationTokensPerS}
-		}
-		if err := a.AddEngineSamples(ctx, out); err != nil && ctx.Err() == nil {
-			log.Warn("could not store engine samples", "err", err)
-		}
-	}
-	return scrape.New(targets, cfg.EngineMetrics.Interval, sink, log, reg).Run(ctx)
-}
-
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--upstream URL] [--db PATH]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; without it the embedded defaults are used")
@@ -364,10 +335,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		// says its engine timing is pending.
 		joiner = nil
 	}
-	captureSink, err := captureSink(cfg, st, log)
-	if err != nil {
-		return err
-	}
+	captureSink := captureSink(cfg, st, log)
 	// Gateway: the proxy. Every finished Record goes to the ledger first
 	// (its Sink), then to the observers in flow order.
 	gw, err := gateway.New(gateway.Options{
@@ -612,7 +580,7 @@ func startJobs(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, pri
 	})
 	if cfg.EngineMetrics.Interval > 0 {
 		stage.Go("scrape", func(ctx context.Context) error {
-			return scrapeEngines(ctx, cfg, st, log.With("component", "scrape"), reg)
+			return scrape.RunEngines(ctx, cfg.Upstreams, cfg.EngineMetrics.Interval, st, log.With("component", "scrape"), reg)
 		})
 	}
 }
@@ -649,13 +617,13 @@ func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Co
 // off by default): the redacted text of slow or failed requests, in a
 // table of their own, pruned by capture.retention, read by admin tokens
 // only. nil when capture is off.
-func captureSink(cfg *config.Config, capStore store.Captures, log *slog.Logger) (func(context.Context, []*capture.Capture) error, error) {
+func captureSink(cfg *config.Config, capStore store.Captures, log *slog.Logger) func(context.Context, []*capture.Capture) error {
 	if !cfg.Capture.Enabled {
-		return nil, nil
+		return nil
 	}
 	log.Warn("capture is on: the redacted prompt and response of slow or failed requests are stored (admin API tokens read them)",
 		"slow", cfg.Capture.Slow, "retention", cfg.Capture.Retention, "redact_rules", len(cfg.Capture.Redact))
-	return capStore.AddCaptures, nil
+	return capStore.AddCaptures
 }
 
 // registerStoreConnected exports tollgate_store_connected.

@@ -77,6 +77,9 @@ type Config struct {
 	// Replicas coordinate alerting across tollgate processes through
 	// Redis: one evaluates, each notification is sent once (replicas.go).
 	Replicas Replicas `yaml:"replicas"`
+	// Passthrough relays and records every other request under /v1/
+	// (passthrough.go).
+	Passthrough Passthrough `yaml:"passthrough"`
 }
 
 // TraceExport configures the OTLP/HTTP span export.
@@ -435,6 +438,7 @@ func Default() *Config {
 		OTLP:          OTLP{HTTPListen: "127.0.0.1:4318", GRPCListen: "127.0.0.1:4317", JoinWindow: 2 * time.Minute},
 		TokenizerWait: 5 * time.Second,
 		EngineMetrics: EngineMetrics{Interval: 15 * time.Second},
+		Passthrough:   DefaultPassthrough(),
 	}
 }
 

@@ -56,6 +56,11 @@ func TestBadConfigs(t *testing.T) {
 		"limits_bad.bad.yml": "limits.body_timeout: must be positive and at most 60s (default 30s); got 2m0s" +
 			"\nlimits.max_conns_per_ip: must not be negative (0: no bound); got -1" +
 			"\nlimits.max_buffered_bytes: must be at least twice limits.max_response_bytes, 134217728 (an answer of unknown length grows its buffer by doubling, and both buffers are held while it is copied); got 1048576",
+		"passthrough_bad.bad.yml": `passthrough.deny[0]: must be a path prefix under /v1/ such as /v1/organization/; got "organization/"` +
+			"\npassthrough.deny[1]: must be a plain path prefix (no .., spaces, ?, #, % or *); got \"/v1/../admin\"" +
+			"\npassthrough.upstreams./v1/audio/: no upstream named \"whisper\"" +
+			"\npassthrough.upstreams.audio: must be a path prefix under /v1/ such as /v1/organization/; got \"audio\"" +
+			"\npassthrough.max_upload_bytes: must be positive (default 536870912, 512 MiB); got 0",
 		"body_timeout_zero.bad.yml": "limits.body_timeout: must be positive and at most 60s (default 30s); got 0s",
 		"clickhouse_no_url.bad.yml": "store.clickhouse.url: required when store.backend is clickhouse",
 		"clickhouse_bad.bad.yml": `store.clickhouse.url: must be the HTTP interface's URL such as http://127.0.0.1:8123; got "tcp://10.0.0.9:9000/[redacted]"` +

@@ -549,6 +549,7 @@ func (c *Config) Validate() error {
 		bad("capture.enabled", "needs an api.tokens entry with role admin: captured text is read with an admin token only, never by an anonymous loopback client")
 	}
 	errs = append(errs, c.Replicas.validate(c.Store.Backend)...)
+	errs = append(errs, c.Passthrough.validate(c.Upstreams)...)
 	errs = append(errs, c.Admission.validate("admission", c.Auth.Keys)...)
 	for _, m := range sortedKeys(c.Tokenizers) {
 		if err := c.Tokenizers[m].Validate(); err != nil {

@@ -21,8 +21,13 @@ type BillLine struct {
 	Requests int64  `json:"requests"`
 	Input    int64  `json:"input"` // all input tokens, cached included (OpenAI's convention and the ledger's)
 	Cached   int64  `json:"cached"`
-	Output   int64  `json:"output"`
-	Cost     *Money `json:"cost,omitempty"`
+	// CacheWrite is the tokens written to the prompt cache, when the
+	// export says (Anthropic's cache creation, 5-minute and 1-hour
+	// together). A bill in Anthropic's convention leaves them, like
+	// cache reads, out of Input: Reconcile uses it to explain that.
+	CacheWrite int64  `json:"cache_write,omitempty"`
+	Output     int64  `json:"output"`
+	Cost       *Money `json:"cost,omitempty"`
 	// NoCached is set when the export has no cached-token column: cached
 	// tokens are then not compared (a missing column is not a difference).
 	NoCached bool `json:"no_cached,omitempty"`
@@ -134,8 +139,12 @@ type ColumnMap struct {
 	Requests  string
 	Input     string // input tokens; whether cached ones are included is for Reconcile to find out
 	Cached    string // "" when the export has none: cached tokens are then not compared
-	Output    string
-	Cost      string // exact decimal amount
+	// CacheWrite is the cache-write tokens, "" when the export has none.
+	// Like every count it may name several columns joined by + (Anthropic
+	// exports the 5-minute and 1-hour writes apart), summed per row.
+	CacheWrite string
+	Output     string
+	Cost       string // exact decimal amount
 	// Currency is a column holding each row's ISO 4217 code; without one,
 	// CostCurrency is the currency of every amount.
 	Currency     string
@@ -160,16 +169,26 @@ func ParseGenericCSV(r io.Reader, m ColumnMap) ([]BillLine, error) {
 		return nil, fmt.Errorf("generic csv: %w", err)
 	}
 	col := map[string]int{}
+	sums := map[string][]int{} // count columns, each possibly a sum of several
 	for _, c := range []struct{ k, name string }{
 		{"day", m.Day}, {"model", m.Model}, {"key", m.Key}, {"requests", m.Requests}, {"input", m.Input},
-		{"cached", m.Cached}, {"output", m.Output}, {"cost", m.Cost}, {"currency", m.Currency},
+		{"cached", m.Cached}, {"cache_write", m.CacheWrite}, {"output", m.Output}, {"cost", m.Cost}, {"currency", m.Currency},
 	} {
 		col[c.k] = -1
 		if c.name == "" {
 			continue
 		}
-		if col[c.k] = t.find(c.name); col[c.k] < 0 {
-			return nil, fmt.Errorf("generic csv: no column %q for %s", c.name, c.k)
+		names := []string{c.name}
+		if isCount(c.k) {
+			names = strings.Split(c.name, "+")
+		}
+		for _, n := range names {
+			i := t.find(strings.TrimSpace(n))
+			if i < 0 {
+				return nil, fmt.Errorf("generic csv: no column %q for %s", strings.TrimSpace(n), c.k)
+			}
+			col[c.k] = i
+			sums[c.k] = append(sums[c.k], i)
 		}
 	}
 	layout := m.DayLayout
@@ -189,9 +208,13 @@ func ParseGenericCSV(r io.Reader, m ColumnMap) ([]BillLine, error) {
 		for _, f := range []struct {
 			k string
 			p *int64
-		}{{"requests", &b.Requests}, {"input", &b.Input}, {"cached", &b.Cached}, {"output", &b.Output}} {
-			if *f.p, err = t.count(col[f.k]); err != nil {
-				return nil, fmt.Errorf("generic csv: %w", err)
+		}{{"requests", &b.Requests}, {"input", &b.Input}, {"cached", &b.Cached}, {"cache_write", &b.CacheWrite}, {"output", &b.Output}} {
+			for _, i := range sums[f.k] {
+				n, err := t.count(i)
+				if err != nil {
+					return nil, fmt.Errorf("generic csv: %w", err)
+				}
+				*f.p += n
 			}
 		}
 		if col["cost"] >= 0 && t.cell(col["cost"]) != "" {
@@ -214,6 +237,15 @@ func ParseGenericCSV(r io.Reader, m ColumnMap) ([]BillLine, error) {
 		return nil, fmt.Errorf("generic csv: %w", t.err)
 	}
 	return lines, nil
+}
+
+// isCount says whether a column-map key is a count, which may sum columns.
+func isCount(k string) bool {
+	switch k {
+	case "requests", "input", "cached", "cache_write", "output":
+		return true
+	}
+	return false
 }
 
 // table walks a CSV file with a header row.

@@ -20,6 +20,8 @@ import (
 //	    currency: USD                 # ISO 4217
 //	    input: 0.15                   # per 1M tokens, exact decimal
 //	    cached_input: 0.075           # optional, default = input
+//	    cache_write: 3.75             # optional: writing the prompt cache, default = input
+//	    cache_write_1h: 6.00          # optional: the 1-hour part of cache writes, default = cache_write
 //	    output: 0.60
 //	    reasoning: 2.40               # optional: reasoning tokens priced apart, taken out of output
 //	gpu_hours:
@@ -45,6 +47,8 @@ type Price struct {
 	Currency      string   `yaml:"currency" json:"currency"`
 	Input         *Decimal `yaml:"input" json:"input"`
 	CachedInput   *Decimal `yaml:"cached_input,omitempty" json:"cached_input,omitempty"`
+	CacheWrite    *Decimal `yaml:"cache_write,omitempty" json:"cache_write,omitempty"`
+	CacheWrite1h  *Decimal `yaml:"cache_write_1h,omitempty" json:"cache_write_1h,omitempty"`
 	Output        *Decimal `yaml:"output" json:"output"`
 	Reasoning     *Decimal `yaml:"reasoning,omitempty" json:"reasoning,omitempty"`
 }
@@ -126,7 +130,8 @@ func (p Price) Validate(path string) error {
 		key      string
 		v        *Decimal
 		required bool
-	}{{"input", p.Input, true}, {"cached_input", p.CachedInput, false}, {"output", p.Output, true}, {"reasoning", p.Reasoning, false}} {
+	}{{"input", p.Input, true}, {"cached_input", p.CachedInput, false},
+		{"cache_write", p.CacheWrite, false}, {"cache_write_1h", p.CacheWrite1h, false}, {"output", p.Output, true}, {"reasoning", p.Reasoning, false}} {
 		checkAmount(bad, f.key, f.v, f.required, "per 1M tokens")
 	}
 	return errors.Join(errs...)
@@ -237,6 +242,7 @@ type priceEntry struct {
 	prefix          string // the model without its trailing *
 	glob            bool
 	in, cached, out uint64 // nanos per 1M tokens
+	write, write1h  uint64 // cache writes (5-minute or unstated lifetime) and their 1-hour part
 	reasoning       uint64
 	apart           bool // reasoning priced apart
 	version         string
@@ -265,7 +271,20 @@ func NewTable(c Config) (*Table, error) {
 		if p.Reasoning != nil {
 			e.reasoning, e.apart = uint64(*p.Reasoning), true
 		}
+		e.write = e.in
+		if p.CacheWrite != nil {
+			e.write = uint64(*p.CacheWrite)
+		}
+		e.write1h = e.write
+		if p.CacheWrite1h != nil {
+			e.write1h = uint64(*p.CacheWrite1h)
+		}
 		e.version = version(p.Model, p.Upstream, from, p.Currency, e.in, e.cached, e.out, e.reasoning, e.apart)
+		if p.CacheWrite != nil || p.CacheWrite1h != nil {
+			// Only entries that price cache writes hash them, so every
+			// entry written before they existed keeps its version.
+			e.version = version(p.Model, p.Upstream, from, p.Currency, e.in, e.cached, e.out, e.reasoning, e.apart, e.write, e.write1h)
+		}
 		t.prices = append(t.prices, e)
 	}
 	for _, g := range c.GPUHours {
@@ -286,7 +305,7 @@ func NewTable(c Config) (*Table, error) {
 // says which entry priced the row; the hash is of the entry's currency and
 // amounts, so that an entry edited in place (instead of a new effective_from)
 // still shows up as a different version in reports.
-func version(model, upstream string, from time.Time, currency string, a, b, c, d uint64, apart bool) string {
+func version(model, upstream string, from time.Time, currency string, a, b, c, d uint64, apart bool, more ...uint64) string {
 	if upstream == "" {
 		upstream = "*"
 	}
@@ -294,7 +313,11 @@ func version(model, upstream string, from time.Time, currency string, a, b, c, d
 	if !from.IsZero() {
 		when = from.Format(time.RFC3339Nano)
 	}
-	h := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d|%d|%t", currency, a, b, c, d, apart))
+	text := fmt.Appendf(nil, "%s|%d|%d|%d|%d|%t", currency, a, b, c, d, apart)
+	for _, m := range more {
+		text = fmt.Appendf(text, "|%d", m)
+	}
+	h := sha256.Sum256(text)
 	return model + "@" + upstream + "@" + when + "#" + hex.EncodeToString(h[:4])
 }
 
@@ -344,31 +367,42 @@ func (t *Table) lookup(model, upstream string, at time.Time) *priceEntry {
 
 // Rate prices one request's usage with the entry in force at at:
 //
-//	(input − cached)·p_input + cached·p_cached + (output − reasoning)·p_output + reasoning·p_reasoning
+//	  (input − cached − cache_write)·p_input
+//	+ cached·p_cached
+//	+ (cache_write − cache_write_1h)·p_cache_write + cache_write_1h·p_cache_write_1h
+//	+ (output − reasoning)·p_output + reasoning·p_reasoning
 //
-// where reasoning is taken out of output only when the entry prices it
-// apart (otherwise reasoning tokens are just output). The sum of exact
-// products is divided by 1M once, rounding half up, so the only rounding is
-// to the nano. Failed and cancelled requests are rated on what they consumed
-// like any other. ok is false when no price applies: the row stays unrated
-// (cost 0, version "").
+// Input holds cache reads and cache writes (record.Usage), so each input
+// token is in exactly one of the three input terms; p_cached defaults to
+// p_input, p_cache_write to p_input, p_cache_write_1h to p_cache_write.
+// Reasoning is taken out of output only when the entry prices it apart
+// (otherwise reasoning tokens are just output). The sum of exact products
+// is divided by 1M once, rounding half up, so the only rounding is to the
+// nano. Failed and cancelled requests are rated on what they consumed
+// like any other. ok is false when no price applies: the row stays
+// unrated (cost 0, version "").
 func (t *Table) Rate(u record.Usage, model, upstream string, at time.Time) (Cost, bool) {
 	e := t.lookup(model, upstream, at)
 	if e == nil {
 		return Cost{}, false
 	}
-	// Clamp what breaks the invariants (cached ≤ input, reasoning ≤
-	// output) instead of charging negative token counts.
+	// Clamp what breaks the invariants (cached + cache_write ≤ input,
+	// cache_write_1h ≤ cache_write, reasoning ≤ output) instead of
+	// charging negative token counts or a token twice.
 	in := max(u.InputTokens, 0)
 	cached := min(max(u.CachedInputTokens, 0), in)
+	write := min(max(u.CacheWriteTokens, 0), in-cached)
+	write1h := min(max(u.CacheWrite1hTokens, 0), write)
 	out := max(u.OutputTokens, 0)
 	reasoning := int64(0)
 	if e.apart {
 		reasoning = min(max(u.ReasoningTokens, 0), out)
 	}
 	var a acc128
-	a.addMul(uint64(in-cached), e.in)
+	a.addMul(uint64(in-cached-write), e.in)
 	a.addMul(uint64(cached), e.cached)
+	a.addMul(uint64(write-write1h), e.write)
+	a.addMul(uint64(write1h), e.write1h)
 	a.addMul(uint64(out-reasoning), e.out)
 	a.addMul(uint64(reasoning), e.reasoning)
 	return Cost{Nanos: a.divRound(1e6), Currency: e.Currency, PriceVersion: e.version}, true

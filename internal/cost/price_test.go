@@ -211,6 +211,8 @@ func TestConfigErrors(t *testing.T) {
 			"prices[0].input: must be at most 1000000 per 1M tokens; got 1000000.000000001"},
 		{"negative optional prices", "prices:\n  - model: a\n" + ok + "    cached_input: -1\n    reasoning: -2\n", "",
 			"prices[0].cached_input: must not be negative\nprices[0].reasoning: must not be negative"},
+		{"cache write prices", "prices:\n  - model: a\n" + ok + "    cache_write: -3.75\n    cache_write_1h: 1000001\n", "",
+			"prices[0].cache_write: must not be negative\nprices[0].cache_write_1h: must be at most 1000000 per 1M tokens; got 1000001"},
 		{"same instant twice", "prices:\n  - model: a\n    effective_from: 2026-11-01\n" + ok +
 			"  - model: a\n    effective_from: 2026-11-01T08:00:00+08:00\n" + ok, "",
 			"prices[1]: same model, upstream and effective_from as prices[0]"},

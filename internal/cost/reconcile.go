@@ -172,9 +172,13 @@ type Line struct {
 	RelDiff     float64       `json:"rel_diff"` // largest relative unexplained difference
 	Severity    Severity      `json:"severity"`
 	NoCached    bool          `json:"no_cached,omitempty"` // cached not compared: the bill has no such column
-	BillCost    *Money        `json:"bill_cost,omitempty"`
-	LedgerCost  *Money        `json:"ledger_cost,omitempty"`
-	Notes       []string      `json:"notes,omitempty"`
+	// BillCacheWrite is the bill's cache writes, when it has them: shown,
+	// and used to explain an input convention that leaves them out, but
+	// not compared (the rollups hold no daily sum of the ledger's).
+	BillCacheWrite int64    `json:"bill_cache_write,omitempty"`
+	BillCost       *Money   `json:"bill_cost,omitempty"`
+	LedgerCost     *Money   `json:"ledger_cost,omitempty"`
+	Notes          []string `json:"notes,omitempty"`
 }
 
 // Report is the outcome of Reconcile.
@@ -195,6 +199,7 @@ type lineKey struct {
 
 type billAgg struct {
 	c        Counts
+	write    int64 // cache writes, when the bill has them
 	cost     *Money
 	noCached bool
 	notes    []string
@@ -212,8 +217,10 @@ type billAgg struct {
 //
 //  1. cached_convention: input shifted by −C (the bill's input excludes
 //     cached tokens) or +C, C being the bill's cached count (the ledger's
-//     when the bill has none). Tried as a whole, with steps 2–4 after it;
-//     kept only if it leaves less input unexplained than no shift.
+//     when the bill has none), or by ∓(C + W), W being the bill's cache
+//     writes (Anthropic's input excludes reads and writes). Each tried as
+//     a whole, with steps 2–4 after it; the one leaving the least input
+//     unexplained is kept, and only if that is less than no shift.
 //  2. retry_billed: requests up to +FailedAttempts, input up to
 //     +FailedAttemptInputEstimate, cached up to the same.
 //  3. stream_cut: output up to +(CutOutputLimit − CutOutputTokens), input
@@ -284,6 +291,7 @@ func sumBills(bill []BillLine, byKey bool) map[lineKey]*billAgg {
 			bills[k] = a
 		}
 		a.c = a.c.add(Counts{b.Requests, b.Input, b.Cached, b.Output})
+		a.write += b.CacheWrite
 		a.noCached = a.noCached || b.NoCached
 		if b.Cost != nil {
 			a.cost, a.notes = addCost(a.cost, *b.Cost, a.notes)
@@ -371,7 +379,7 @@ func ledgerOnly(k lineKey, l *ledgerAgg, tol Tolerance) Line {
 }
 
 func billOnly(b *billAgg, batch bool, tol Tolerance) Line {
-	ln := Line{Side: SideBillOnly, Bill: b.c, Diff: b.c, NoCached: b.noCached}
+	ln := Line{Side: SideBillOnly, Bill: b.c, BillCacheWrite: b.write, Diff: b.c, NoCached: b.noCached}
 	if b.noCached {
 		ln.Diff.Cached = 0
 	}
@@ -386,7 +394,7 @@ func billOnly(b *billAgg, batch bool, tol Tolerance) Line {
 }
 
 func reconcileLine(b *billAgg, l *LedgerLine, tol Tolerance) Line {
-	ln := Line{Side: SideBoth, Bill: b.c, Ledger: Counts{l.Requests, l.Input, l.Cached, l.Output}, NoCached: b.noCached}
+	ln := Line{Side: SideBoth, Bill: b.c, BillCacheWrite: b.write, Ledger: Counts{l.Requests, l.Input, l.Cached, l.Output}, NoCached: b.noCached}
 	ln.Diff = ln.Bill.sub(ln.Ledger)
 	if b.noCached {
 		ln.Diff.Cached = 0
@@ -396,9 +404,11 @@ func reconcileLine(b *billAgg, l *LedgerLine, tol Tolerance) Line {
 		c = ln.Ledger.Cached
 	}
 	ln.Explained, ln.Unexplained = explain(ln.Diff, 0, l, tol)
-	for _, shift := range []int64{-c, c} {
-		if c == 0 {
-			break
+	// Anthropic's convention leaves cache writes out of input as well as
+	// cache reads: with the bill's write count, that shift is tried too.
+	for _, shift := range []int64{-c, c, -(c + b.write), c + b.write} {
+		if shift == 0 {
+			continue
 		}
 		// A convention is a property of the provider, not noise: take it
 		// only when it leaves strictly less input unexplained.

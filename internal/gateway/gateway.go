@@ -121,6 +121,7 @@ type Gateway struct {
 	checks    chan tokenCheck // bounded: checks are dropped, never queued without end
 	capture   *capturer       // nil unless capture.enabled
 	buffers   *budget         // limits.max_buffered_bytes, shared by every non-streamed answer
+	pass      *passthrough    // every other path under /v1/ (passthrough.go)
 	stop      chan struct{}
 	stopOnce  sync.Once
 }
@@ -171,8 +172,9 @@ func New(o Options) (*Gateway, error) {
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
+	g.pass = newPassthrough(o.Config.Passthrough, g.routes)
 	if o.Registerer != nil {
-		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes)) {
+		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes), g.pass.requests) {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("gateway: register metrics: %w", err)
 			}
@@ -199,10 +201,8 @@ func New(o Options) (*Gateway, error) {
 	if o.MetricsHandler != nil {
 		mux.Handle("GET /metrics", o.MetricsHandler)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path + "."})
-	})
+	// Every other path: passed through under /v1/, else 404 — recorded either way.
+	mux.HandleFunc("/", g.handleOther)
 	g.mux = BodyDeadline(o.Config.Limits.BodyTimeout, mux)
 	return g, nil
 }

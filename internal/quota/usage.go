@@ -40,6 +40,13 @@ type UsageReader interface {
 	Usage(now time.Time) []ScopeUsage
 }
 
+// Preloader is a limiter that loads today's recorded usage of every
+// scope at start (Local and redisquota.Limiter). It is optional by
+// design: a limiter that keeps no daily counters has nothing to load.
+type Preloader interface {
+	Preload(ctx context.Context, all DaySeedFunc) error
+}
+
 var _ Preloader = (*Local)(nil)
 
 // Reader returns l's UsageReader, or nil when l is nil or cannot report.
@@ -212,12 +219,6 @@ func (l *Local) install(s Scope, lim *limits, now time.Time, d *day, u Used) {
 	e.roll(d.key)
 	e.seededDay.Store(d.key)
 	e.tokens.used, e.cost.used = max(u.Tokens, 0), max(u.CostNanos, 0)
-}
-
-// Preloader is a limiter that can load today's usage of its scopes in
-// one pass (Local, and redisquota's Limiter).
-type Preloader interface {
-	Preload(ctx context.Context, all DaySeedFunc) error
 }
 
 // RunPreload is serve's start-up job: it preloads l when l is a

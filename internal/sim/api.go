@@ -33,6 +33,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("GET /v1/responses/{id}/input_items", e.adapt(e.listInputItems))
 	mux.Handle("POST /v1/messages", e.adaptWith(e.messages, writeAnthropicError))
 	mux.Handle("POST /v1/messages/count_tokens", e.adaptWith(e.countTokens, writeAnthropicError))
+	mux.Handle("POST /v1/images/generations", e.adapt(e.images))
+	mux.Handle("POST /v1/audio/transcriptions", e.adapt(e.transcriptions))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.gatherer, promhttp.HandlerOpts{}))
 	return mux

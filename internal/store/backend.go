@@ -102,12 +102,22 @@ type WindowLog interface {
 	WindowDays(ctx context.Context, from, to time.Time) ([]WindowDay, error)
 }
 
-// Pruner (the retention pass) is in jobs.go, with the job that uses it.
+// Pruner is what the retention pass needs.
+type Pruner interface {
+	// Prune deletes what the retention says is too old at now.
+	Prune(ctx context.Context, now time.Time, r Retention) (int64, error)
+}
 
-// Two capabilities are optional by design: a caller asserts them on a
-// Backend and does without when it is not there. RollUpper (jobs.go):
-// ClickHouse recomputes its rollups in a pass, SQLite writes them with
-// the rows they sum and has no pass to run. Connector, below.
+// The two interfaces below are optional by design: a caller asserts them
+// on a Backend and does without when it is not there.
+
+// RollUpper is a backend whose rollups are recomputed by a pass rather
+// than kept in the insert's transaction: ClickHouse (SQLite's rollups are
+// written with the rows they sum, so it has no pass to run). serve runs
+// the pass every minute to keep the one Report runs first short.
+type RollUpper interface {
+	RollUp(ctx context.Context) error
+}
 
 // Connector is a backend that may connect after it was opened: ClickHouse
 // opened by serve during an outage, which connects in the background.

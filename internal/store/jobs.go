@@ -12,11 +12,6 @@ import (
 // returns when ctx ends, having finished or abandoned its pass, so that
 // serve closes the store only after it.
 
-// Pruner is a store whose retention is enforced by a pass.
-type Pruner interface {
-	Prune(ctx context.Context, now time.Time, r Retention) (int64, error)
-}
-
 // RunRetention enforces r hourly, first after first (serve gives a
 // minute, so the pass never competes with a burst of start-up traffic).
 func RunRetention(ctx context.Context, p Pruner, r Retention, first time.Duration, log *slog.Logger) error {
@@ -49,12 +44,6 @@ func RunCaptureRetention(ctx context.Context, c Captures, keep, first time.Durat
 		}
 		return every
 	})
-}
-
-// RollUpper is a store whose rollups are recomputed by a pass
-// (ClickHouse; SQLite keeps them as it inserts).
-type RollUpper interface {
-	RollUp(ctx context.Context) error
 }
 
 // RunRollUps runs the roll-up pass a minute after the previous one ended

@@ -50,6 +50,9 @@ func (p *ChunkParser) Parse(data []byte) (Chunk, error) {
 	// Usage chunks come once per stream: the reflective Parse is fine, and
 	// it runs only once the whole chunk is known to be valid, as in the
 	// reference.
+	if s.usage == nil {
+		s.usage = s.choiceUsage
+	}
 	if s.usage != nil {
 		u, err := Parse(s.usage)
 		if err != nil {
@@ -111,6 +114,7 @@ type chunkScan struct {
 	hasChoices    bool // "choices" was an array, not absent or null
 	nChoices      int
 	usage, errRaw []byte // raw values, nil when absent or null
+	choiceUsage   []byte // the last non-null usage inside a choice (Kimi's streams)
 }
 
 // Field names per object level, as the tags of chunkWire and
@@ -118,7 +122,7 @@ type chunkScan struct {
 // seen mask.
 var (
 	topFields      = [...]string{"model", "choices", "usage", "error", "id"}
-	choiceFields   = [...]string{"delta", "text", "finish_reason"}
+	choiceFields   = [...]string{"delta", "text", "finish_reason", "usage"}
 	deltaFields    = [...]string{"content", "reasoning_content", "reasoning", "tool_calls"}
 	toolCallFields = [...]string{"function"}
 	functionFields = [...]string{"name", "arguments"}
@@ -304,6 +308,14 @@ func (s *chunkScan) choice() bool {
 			}
 			if isStr && len(str.body) > 0 { // a non-empty body never decodes to ""
 				s.finish = str
+			}
+		case 3: // usage, json.RawMessage: Kimi puts it in the last chunk's choice
+			start := s.i
+			if !s.skip() {
+				return false
+			}
+			if raw := s.d[start:s.i]; string(raw) != "null" {
+				s.choiceUsage = raw
 			}
 		default:
 			if !s.skip() {

@@ -55,3 +55,43 @@ func TestHostedChatDialects(t *testing.T) {
 		})
 	}
 }
+
+// TestHostedStreamDialects reads the last chunk of hosted providers'
+// streams, shaped as their documentation shows it, through the tap's
+// parser and its encoding/json reference alike.
+func TestHostedStreamDialects(t *testing.T) {
+	for _, tc := range []struct {
+		file, source string
+		usageOnly    bool
+		want         record.Usage
+	}{
+		// With stream_options.include_usage, a last chunk with no
+		// choices; hit + miss = prompt.
+		{"deepseek_stream_last.json", "https://api-docs.deepseek.com/api/create-chat-completion", true,
+			record.Usage{InputTokens: 1100, CachedInputTokens: 1024, OutputTokens: 300}},
+		// Moonshot's streaming example puts the usage inside the last
+		// chunk's choice, beside finish_reason (moonshot-v1); the cache
+		// hit is the usage's top-level cached_tokens, as in
+		// moonshot_v1_cache.json. Shape from the docs as remembered, not
+		// re-fetched: check it against a live stream.
+		{"kimi_stream_last.json", "https://platform.moonshot.cn/docs/api/chat (stream example)", false,
+			record.Usage{InputTokens: 1113, CachedInputTokens: 1024, OutputTokens: 9}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data := readFixture(t, filepath.Join("dialects", tc.file))
+			tc.want.Source = record.SourceEngine
+			for name, parse := range map[string]func([]byte) (Chunk, error){"scan": ParseChunk, "reference": parseChunkSlow} {
+				c, err := parse(data)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if diff := cmp.Diff(&tc.want, c.Usage); diff != "" {
+					t.Errorf("%s: usage (-want +got), documented at %s:\n%s", name, tc.source, diff)
+				}
+				if c.UsageOnly != tc.usageOnly {
+					t.Errorf("%s: usage only %t, want %t", name, c.UsageOnly, tc.usageOnly)
+				}
+			}
+		})
+	}
+}

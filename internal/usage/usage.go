@@ -160,6 +160,10 @@ type chunkWire struct {
 		} `json:"delta"`
 		Text         *string `json:"text"`
 		FinishReason *string `json:"finish_reason"`
+		// Usage inside a choice: Kimi (Moonshot) streams put the usage
+		// in the last chunk's choice, not beside choices. Read when the
+		// chunk has no top-level usage.
+		Usage json.RawMessage `json:"usage"`
 	} `json:"choices"`
 	Usage json.RawMessage `json:"usage"`
 	Error json.RawMessage `json:"error"`
@@ -184,10 +188,14 @@ func parseChunkSlow(data []byte) (Chunk, error) {
 	if len(w.Error) > 0 && !bytes.Equal(w.Error, []byte("null")) {
 		c.Error = errorMessage(w.Error)
 	}
+	var choiceUsage json.RawMessage // the last non-null one
 	if w.Choices != nil {
 		for _, ch := range *w.Choices {
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				c.FinishReason = *ch.FinishReason
+			}
+			if len(ch.Usage) > 0 && !bytes.Equal(ch.Usage, []byte("null")) {
+				choiceUsage = ch.Usage
 			}
 			n := 0
 			if ch.Text != nil {
@@ -211,7 +219,10 @@ func parseChunkSlow(data []byte) (Chunk, error) {
 			}
 		}
 	}
-	if len(w.Usage) > 0 && !bytes.Equal(w.Usage, []byte("null")) {
+	if len(w.Usage) == 0 || bytes.Equal(w.Usage, []byte("null")) {
+		w.Usage = choiceUsage
+	}
+	if len(w.Usage) > 0 {
 		u, err := Parse(w.Usage)
 		if err != nil {
 			return Chunk{}, err
