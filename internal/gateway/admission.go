@@ -74,7 +74,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Reco
 		for k, v := range d.Headers {
 			w.Header()[k] = v
 		}
-		g.reject(w, rec, &apiError{Status: d.Status, Type: d.Type, Code: d.Code, Message: d.Message}, since)
+		g.reject(w, rec, &apiError{Kind: quotaKind(d), Status: d.Status, Type: d.Type, Code: d.Code, Message: d.Message}, since)
 		return nil, false
 	}
 	return &admission{ticket: ticket, rate: &d.Rate}, true
@@ -119,4 +119,13 @@ func (g *Gateway) rate(rec *record.Record) {
 	if c, ok := g.prices.RateRecord(rec); ok {
 		rec.Cost = record.Cost{Nanos: c.Nanos, Currency: c.Currency, PriceVersion: c.PriceVersion}
 	}
+}
+
+// quotaKind is the Record's error type of a quota refusal: over
+// max_input_tokens, or any other limit.
+func quotaKind(d quota.Decision) string {
+	if d.Code == "max_input_tokens_exceeded" {
+		return record.ErrInputTooLong
+	}
+	return record.ErrRateLimited
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,28 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestMaxInputRecordedAsInputTooLong: a request over max_input_tokens is
+// answered 400 with OpenAI's code and recorded with the Record's own kind,
+// input_too_long — the kind set where the refusal is made, not remapped.
+func TestMaxInputRecordedAsInputTooLong(t *testing.T) {
+	up := newTranscriptUpstream(t, "")
+	cfg := testConfig(up.URL())
+	cfg.Auth.Keys = []config.Key{{Name: "bot", KeySHA256: config.HashKey("sk-bot"), UserID: "bot"}}
+	cfg.Quotas.Users = map[string]quota.Limits{"bot": {MaxInputTokens: 1}}
+	qc, _ := cfg.QuotaConfig()
+	lim, err := quota.NewLocal(qc, time.Now, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := gatewayWith(t, cfg, nil, lim)
+	resp := post(t, tg.URL+"/v1/chat/completions", chatReq, map[string]string{"Authorization": "Bearer sk-bot"})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"code":"max_input_tokens_exceeded"`) {
+		t.Fatalf("answer %d %s, want 400 max_input_tokens_exceeded", resp.StatusCode, body)
+	}
+	if r := tg.next(t); r.Status != http.StatusBadRequest || r.ErrorType != record.ErrInputTooLong {
+		t.Errorf("record %d %q, want 400 %q", r.Status, r.ErrorType, record.ErrInputTooLong)
+	}
 }

@@ -44,7 +44,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 		// One byte past the limit tells "too large" from "exactly the limit".
 		src = io.LimitReader(zr, limit+1)
 	default:
-		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_encoding",
+		return nil, &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_encoding",
 			Message: "Content-Encoding " + echo(ce) + " is not supported; send the body plain or gzip-compressed."}
 	}
 	body, err := io.ReadAll(src)
@@ -65,18 +65,18 @@ func (g *Gateway) bodyReadError(err error, gzipped bool) *apiError {
 	case errors.As(err, &mbe):
 		return tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded): // BodyDeadline's
-		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: record.ErrBodyTimeout,
+		return &apiError{Kind: record.ErrBodyTimeout, Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: record.ErrBodyTimeout,
 			Message: fmt.Sprintf("The request body did not arrive within the gateway's limit (limits.body_timeout: %v).", g.cfg.Limits.BodyTimeout)}
 	case gzipped && (errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
+		return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
 			Message: "The body is not valid gzip, although Content-Encoding says gzip."}
 	}
-	return &apiError{Status: record.StatusClientClosed, Type: "invalid_request_error", Code: record.ErrClientDisconnect,
+	return &apiError{Kind: record.ErrClientDisconnect, Status: record.StatusClientClosed, Type: "invalid_request_error", Code: record.ErrClientDisconnect,
 		Message: "client closed the connection while sending the request"}
 }
 
 func tooLarge() *apiError {
-	return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+	return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "Request body is larger than the gateway's limit (limits.max_request_bytes)."}
 }
 
@@ -89,6 +89,6 @@ func checkContentType(v string) *apiError {
 	if err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")) {
 		return nil
 	}
-	return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+	return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
 		Message: "Content-Type " + echo(v) + " is not supported here; send a JSON body with Content-Type: application/json."}
 }

@@ -19,7 +19,8 @@ import (
 type apiError struct {
 	Status  int
 	Type    string // OpenAI error type, e.g. invalid_request_error
-	Code    string // machine-readable code; also the Record's error type when set
+	Code    string // the machine-readable code on the wire
+	Kind    string // the Record's error type (record.Err*): one vocabulary, set where the error is made
 	Param   string // the request field at fault, if any
 	Message string
 }
@@ -76,7 +77,7 @@ func streamError(e *apiError) []byte {
 }
 
 func badRequest(param, msg string) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
+	return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
 }
 
 // maxEngineText bounds how much of an engine's error text a re-wrapped
@@ -107,7 +108,7 @@ func engineError(status int, body []byte, upstream string, secrets ...string) *a
 	if st := http.StatusText(status); st != "" {
 		msg += " " + st
 	}
-	return &apiError{Status: status, Type: typ, Code: record.ErrUpstreamStatus, Message: withEngineText(msg, body, secrets)}
+	return &apiError{Kind: record.ErrUpstreamStatus, Status: status, Type: typ, Code: record.ErrUpstreamStatus, Message: withEngineText(msg, body, secrets)}
 }
 
 // engineEventError is engineError for an error event in a stream (TGI
@@ -118,7 +119,7 @@ func engineEventError(data []byte, upstream string, secrets ...string) *apiError
 		return nil
 	}
 	msg := withEngineText("upstream "+upstream+" sent an error event", data, secrets)
-	return &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: record.ErrUpstreamStatus, Message: msg}
+	return &apiError{Kind: record.ErrUpstreamStatus, Status: http.StatusBadGateway, Type: "server_error", Code: record.ErrUpstreamStatus, Message: msg}
 }
 
 func withEngineText(msg string, body []byte, secrets []string) string {

@@ -138,7 +138,7 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 		ex.record(rec, status, typ, msg)
 		// Tell the client the answer is incomplete rather than ending as if
 		// it were whole: the SDKs raise an error event.
-		n, _ := w.Write(agentStreamError(rec.Endpoint, &apiError{Status: status, Type: "server_error", Code: typ, Message: msg}))
+		n, _ := w.Write(agentStreamError(rec.Endpoint, &apiError{Kind: typ, Status: status, Type: "server_error", Code: typ, Message: msg}))
 		rec.ResponseBytes += int64(n)
 		_ = rc.Flush()
 	}

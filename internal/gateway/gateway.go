@@ -328,7 +328,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	}
 	cands := g.routes.candidates(rec.Model)
 	if len(cands) == 0 {
-		g.reject(w, rec, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
+		g.reject(w, rec, &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
 			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}, since)
 		return
 	}
@@ -453,19 +453,7 @@ func (g *Gateway) reject(w http.ResponseWriter, rec *record.Record, e *apiError,
 		rec.ResponseBytes = int64(writeError(w, e))
 	}
 	rec.Status = e.Status
-	rec.ErrorType = e.Code
-	switch {
-	case e.Status == http.StatusTooManyRequests:
-		rec.ErrorType = record.ErrRateLimited
-	case e.Code == "max_input_tokens_exceeded":
-		rec.ErrorType = record.ErrInputTooLong
-	}
-	switch e.Code {
-	case "invalid_api_key":
-		rec.ErrorType = record.ErrAuth
-	case "invalid_request", "request_too_large", "invalid_header", "unsupported_media_type", "unsupported_encoding":
-		rec.ErrorType = record.ErrInvalidRequest
-	}
+	rec.ErrorType = e.Kind
 	rec.ErrorMessage = e.Message
 	rec.Marks.End = since()
 	g.finish(rec)

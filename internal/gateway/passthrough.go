@@ -206,7 +206,7 @@ func (g *Gateway) handleOther(w http.ResponseWriter, r *http.Request) {
 	// still attributes the Record.
 	rec, _, _, since, _ := g.begin(w, r, endpoint)
 	defer g.pass.count(rec)
-	g.reject(w, rec, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrUnknownURL,
+	g.reject(w, rec, &apiError{Kind: record.ErrUnknownURL, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrUnknownURL,
 		Message: "Unknown request URL: " + echo(r.Method) + " " + echo(r.URL.Path) + "."}, since)
 }
 
@@ -222,7 +222,7 @@ func (g *Gateway) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.pass.denied(r.URL.Path) {
-		g.reject(w, rec, &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: record.ErrPathDenied,
+		g.reject(w, rec, &apiError{Kind: record.ErrPathDenied, Status: http.StatusForbidden, Type: "invalid_request_error", Code: record.ErrPathDenied,
 			Message: "The gateway does not pass " + echo(r.Method) + " " + echo(r.URL.Path) + " through (passthrough.deny)."}, since)
 		return
 	}
@@ -235,7 +235,7 @@ func (g *Gateway) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 	}
 	u := g.pass.upstreamFor(g.routes, r.URL.Path, rec.Model)
 	if u == nil {
-		e := &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
+		e := &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
 			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}
 		if rec.Model == "" {
 			e.Param, e.Message = "", "No upstream is configured for "+echo(r.URL.Path)+" (passthrough.upstreams)."
@@ -354,7 +354,7 @@ func stringValueOf(raw json.RawMessage) string {
 var errUploadTooLarge = errors.New("upload larger than passthrough.max_upload_bytes")
 
 func uploadTooLarge() *apiError {
-	return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+	return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "Request body is larger than the gateway's limit for streamed uploads (passthrough.max_upload_bytes)."}
 }
 

@@ -83,7 +83,7 @@ func unsupported(endpoint string, ups []*upstream) *apiError {
 	for _, u := range ups {
 		names = append(names, u.cfg.Name+" (engine "+u.cfg.Engine+")")
 	}
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: record.ErrUnsupported,
+	return &apiError{Kind: record.ErrUnsupported, Status: http.StatusBadRequest, Type: "invalid_request_error", Code: record.ErrUnsupported,
 		Message: "upstream " + strings.Join(names, ", ") + " does not serve " + apiName(endpoint) +
 			"; tollgate does not translate between APIs: send this request to an upstream that serves it"}
 }
@@ -313,10 +313,10 @@ func (rt *router) upstreamFor(name string) (*upstream, *apiError) {
 		}
 	}
 	if name != "" {
-		return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute,
+		return nil, &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute,
 			Message: "No upstream is named " + strconv.Quote(echo(name)) + " (header " + UpstreamHeader + ")."}
 	}
-	return nil, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute,
+	return nil, &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute,
 		Message: "No upstream serves " + apiName(endpointResponseItem) + "."}
 }
 

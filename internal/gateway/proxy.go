@@ -405,7 +405,7 @@ func (ex *exchange) streamResponse(ctx context.Context, rec *record.Record, resp
 		ex.record(rec, status, typ, msg)
 		// Tell the client the answer is incomplete rather than ending as if
 		// it were whole.
-		n, _ := w.Write(streamError(&apiError{Type: "server_error", Code: typ, Message: msg}))
+		n, _ := w.Write(streamError(&apiError{Kind: typ, Type: "server_error", Code: typ, Message: msg}))
 		rec.ResponseBytes += int64(n)
 		_ = rc.Flush()
 	}
@@ -593,7 +593,7 @@ func (ex *exchange) secrets(u *upstream) []string {
 // and records the outcome.
 func (ex *exchange) fail(rec *record.Record, status int, typ, msg string) {
 	if status != record.StatusClientClosed {
-		e := &apiError{Status: status, Type: "server_error", Code: typ, Message: msg}
+		e := &apiError{Kind: typ, Status: status, Type: "server_error", Code: typ, Message: msg}
 		if status == http.StatusServiceUnavailable && typ == record.ErrShutdown {
 			ex.w.Header().Set("Retry-After", "1")
 		}

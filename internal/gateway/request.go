@@ -70,12 +70,12 @@ func (a *auth) identify(r *http.Request) (identity, *apiError) {
 		return identity{UserID: "key-" + h[:12], KeyID: h[:12]}, nil
 	}
 	if key == "" {
-		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		return identity{}, &apiError{Kind: record.ErrAuth, Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "Missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
 	}
 	id, ok := a.byHash[config.HashKey(key)]
 	if !ok {
-		return identity{}, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		return identity{}, &apiError{Kind: record.ErrAuth, Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 			Message: "Incorrect API key provided."}
 	}
 	return id, nil
@@ -346,7 +346,7 @@ func identHeader(r *http.Request, name string) (string, *apiError) {
 }
 
 func badHeader(name, what string) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header",
+	return &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header",
 		Message: "Header " + name + " " + what + "."}
 }
 

@@ -65,7 +65,7 @@ func (g *Gateway) handleResponseItem(w http.ResponseWriter, r *http.Request) {
 	// have no body in the API.
 	req, err := http.NewRequestWithContext(ctx, r.Method, target, http.NoBody)
 	if err != nil {
-		g.reject(w, rec, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "bad response id"}, since)
+		g.reject(w, rec, &apiError{Kind: record.ErrInvalidRequest, Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: "bad response id"}, since)
 		return
 	}
 	copyRequestHeaders(req.Header, r.Header)

@@ -281,12 +281,12 @@ func (s *slots) inUse(l lane) int {
 func queueRefusal(u *upstream, err error) *apiError {
 	switch {
 	case errors.Is(err, errLaneTimeout):
-		return &apiError{Status: http.StatusTooManyRequests, Type: "requests", Code: record.ErrQueueTimeout,
+		return &apiError{Kind: record.ErrQueueTimeout, Status: http.StatusTooManyRequests, Type: "requests", Code: record.ErrQueueTimeout,
 			Message: "Too many long requests: the long-input lane of upstream " + u.cfg.Name + " (over " +
 				strconv.FormatInt(u.slots.longInput, 10) + " input tokens) stayed at its limit of " +
 				strconv.Itoa(u.slots.longMax) + " for " + u.slots.timeout.String() + "; retry later."}
 	case errors.Is(err, errQueueTimeout):
-		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: record.ErrQueueTimeout,
+		return &apiError{Kind: record.ErrQueueTimeout, Status: http.StatusServiceUnavailable, Type: "server_error", Code: record.ErrQueueTimeout,
 			Message: "upstream " + u.cfg.Name + " is at its concurrency limit; retry"}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/record"
 )
 
 // upstream is one engine with its own connection pool: timeouts differ
@@ -148,13 +149,13 @@ func writeModelList(w http.ResponseWriter, names []string) {
 func (g *Gateway) forwardModels(w http.ResponseWriter, r *http.Request, u *upstream) {
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.base+"/models", nil)
 	if err != nil {
-		writeError(w, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error", Message: err.Error()})
+		writeError(w, &apiError{Kind: record.ErrUpstreamStatus, Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error", Message: err.Error()})
 		return
 	}
 	setUpstreamAuth(req, r, u)
 	resp, err := u.client.Do(req)
 	if err != nil {
-		writeError(w, &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_connect",
+		writeError(w, &apiError{Kind: record.ErrConnect, Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_connect",
 			Message: "upstream " + u.cfg.Name + " is unreachable"})
 		return
 	}
