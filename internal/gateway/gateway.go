@@ -266,49 +266,12 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 // handleInference serves chat, completions and embeddings: one logical
 // request, one Record per upstream attempt.
 func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoint string) {
-	arrival := time.Now()
 	g.metrics.InFlight().Inc()
 	defer g.metrics.InFlight().Dec()
 	if anthropicAPI(endpoint) {
 		w = anthropicErrors{w}
 	}
-
-	rec := &record.Record{Arrival: arrival, Endpoint: endpoint, Attempt: 1}
-	since := func() time.Duration { return max(time.Since(arrival), 1) }
-
-	h := g.cfg.Headers
-	// tollgate's own id is the ledger's key; the client's X-Request-Id is
-	// kept beside it and echoed, never trusted as a key (two clients may
-	// send the same one, and a reused id must not drop a request's row).
-	id := newRequestID()
-	rec.RequestID, rec.LogicalRequestID = id, id
-	if cid := r.Header.Get(h.RequestID); validClientID(cid) {
-		rec.ClientRequestID = cid
-	}
-	tc, ok := parseTraceparent(r.Header.Get("Traceparent"))
-	if !ok {
-		tc = newTrace()
-	}
-	rec.TraceID, rec.SpanID, rec.ParentSpanID = tc.TraceID, tc.SpanID, tc.Parent
-	w.Header().Set("X-Request-Id", cmp.Or(rec.ClientRequestID, id))
-	w.Header().Set(TollgateRequestIDHeader, id)
-
-	ident, aerr := g.auth.identify(r)
-	rec.UserID, rec.KeyID, rec.Team = ident.UserID, ident.KeyID, ident.Team
-	// A key's own business line is authoritative for billing; the header
-	// only attributes requests whose key has none.
-	var herr [4]*apiError
-	rec.BizLine = ident.BizLine
-	if rec.BizLine == "" {
-		rec.BizLine, herr[0] = identHeader(r, h.BizLine)
-	}
-	rec.SessionID, herr[1] = identHeader(r, h.Session)
-	rec.TemplateID, herr[2] = identHeader(r, h.Template)
-	rec.Tags, herr[3] = parseTags(h.Tags, r.Header.Get(h.Tags))
-	rec.Marks.AuthDone = since()
-	if aerr == nil {
-		aerr = cmp.Or(herr[0], herr[1], herr[2], herr[3])
-	}
+	rec, ident, tc, since, aerr := g.begin(w, r, endpoint)
 	if aerr != nil {
 		g.reject(w, rec, aerr, since)
 		return

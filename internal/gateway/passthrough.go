@@ -152,17 +152,18 @@ func (p *passthrough) upstreamFor(rt *router, path, model string) *upstream {
 	return nil
 }
 
-// begin starts the Record of a request the way handleInference does:
-// tollgate's id, the client's id, the trace, and who is asking. The
-// returned error is the identity's (a bad key or header), for the caller
-// to answer when it requires one. It is handleInference's prologue
-// written once more, kept apart while the agent APIs' handlers are being
-// added there; handleInference should start with it too.
+// begin starts the Record of every request the gateway serves (inference,
+// pass-through, unknown paths): tollgate's id, the client's id, the
+// trace, and who is asking. The returned error is the identity's (a bad
+// key or header), for the caller to answer when it requires one.
 func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, endpoint string) (*record.Record, identity, traceContext, func() time.Duration, *apiError) {
 	arrival := time.Now()
 	rec := &record.Record{Arrival: arrival, Endpoint: endpoint, Attempt: 1}
 	since := func() time.Duration { return max(time.Since(arrival), 1) }
 	h := g.cfg.Headers
+	// tollgate's own id is the ledger's key; the client's X-Request-Id is
+	// kept beside it and echoed, never trusted as a key (two clients may
+	// send the same one, and a reused id must not drop a request's row).
 	id := newRequestID()
 	rec.RequestID, rec.LogicalRequestID = id, id
 	if cid := r.Header.Get(h.RequestID); validClientID(cid) {
@@ -178,6 +179,8 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, endpoint string)
 
 	ident, aerr := g.auth.identify(r)
 	rec.UserID, rec.KeyID, rec.Team = ident.UserID, ident.KeyID, ident.Team
+	// A key's own business line is authoritative for billing; the header
+	// only attributes requests whose key has none.
 	var herr [4]*apiError
 	rec.BizLine = ident.BizLine
 	if rec.BizLine == "" {
