@@ -3,8 +3,8 @@ package gateway
 import (
 	"net/http"
 	"strconv"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
