@@ -211,11 +211,13 @@ func (q *Query) plan(storeEnd, cut time.Time, days map[int64]int64) []piece {
 	return out
 }
 
-// Read answers q. Its Stats may be the Reader's cached ones: read them,
-// never change them.
+// Read answers q. Its Stats are its own: a cached period's are merged
+// into a fresh one, never handed out, because even reading a sketch's
+// quantile sorts its buffer in place (two readers of a shared Stats would
+// race, and corrupt the cache).
 func (r *Reader) Read(ctx context.Context, q Query) (map[Key]*Series, error) {
 	q = q.normalized()
-	out := answer{q: &q, groups: map[Key]*Series{}, shared: map[*Stats]bool{}}
+	out := answer{q: &q, groups: map[Key]*Series{}}
 	own := r.o.Cache <= 0 // periods read are fresh, not kept
 	storeEnd, cut := q.To, time.Time{}
 	if r.o.Memory != nil {
@@ -329,10 +331,6 @@ func (r *Reader) Hour(ctx context.Context, h time.Time, sel Selector, by []strin
 type answer struct {
 	q      *Query
 	groups map[Key]*Series
-	// shared are the steps' Stats that are a cached period's own, taken
-	// as they are when the period is all a step holds so far (most steps
-	// of an hour or a day): copied before anything is merged into them.
-	shared map[*Stats]bool
 }
 
 // series is k's group, made on first use.
@@ -351,28 +349,21 @@ func (a *answer) series(k Key) *Series {
 func (a *answer) slot(k Key, i int) *Stats {
 	g := a.series(k)
 	s := g.Steps[i]
-	switch {
-	case s == nil:
+	if s == nil {
 		s = &Stats{}
 		g.Steps[i] = s
-	case a.shared[s]:
-		c := &Stats{}
-		c.Merge(s)
-		delete(a.shared, s)
-		g.Steps[i], s = c, c
 	}
 	return s
 }
 
 // addGroups merges a stored period's groups into step i; own says they
-// are this answer's to keep (not cached), else they are shared.
+// are this answer's to keep (read for it alone, not cached): those are
+// taken as they are when the step holds nothing yet, cached ones are
+// always copied.
 func (a *answer) addGroups(gs []periodGroup, i int, own bool) {
 	for _, pg := range gs {
-		if g := a.series(pg.key); g.Steps[i] == nil {
+		if g := a.series(pg.key); own && g.Steps[i] == nil {
 			g.Steps[i] = pg.stats
-			if !own {
-				a.shared[pg.stats] = true
-			}
 			continue
 		}
 		a.slot(pg.key, i).Merge(pg.stats)

@@ -357,3 +357,43 @@ func TestReadCacheWidens(t *testing.T) {
 		t.Errorf("both from the cache: TTFT over %d, %d hour reads; want 120 and 2", n, log.hours)
 	}
 }
+
+// TestReadAnswersAreTheirOwn: two readers of the same cached hour each
+// get Stats of their own. Reading a quantile sorts a sketch's buffer in
+// place, so answers that shared the cache's Stats raced (under -race)
+// and could corrupt the cached hour for every later reader.
+func TestReadAnswersAreTheirOwn(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a := New(Config{From: t0}, st, nil, nil)
+	for i := range 120 {
+		a.Add(req("m", t0.Add(time.Duration(i)*30*time.Second), time.Duration(100+i)*time.Millisecond, time.Second, int64(i+1), 9))
+	}
+	a.Flush(ctx, t0.Add(2*time.Hour))
+	r := NewReader(st, ReaderOptions{Cache: 10})
+	q := Query{From: t0, To: t0.Add(time.Hour), Quantities: []Quantity{TTFT}}
+	read := func() *Stats {
+		got, err := r.Read(ctx, q)
+		if err != nil || got[Key{}] == nil {
+			t.Fatalf("read: %v, %v", got, err)
+		}
+		return got[Key{}].Steps[0]
+	}
+	s1, s2 := read(), read()
+	if s1 == s2 {
+		t.Fatal("two reads of a cached hour got the same *Stats")
+	}
+	var wg sync.WaitGroup
+	for _, s := range []*Stats{s1, s2} {
+		wg.Go(func() {
+			if _, n := s.Quantile(TTFT, 0.99); n != 120 {
+				t.Errorf("TTFT over %d requests, want 120", n)
+			}
+		})
+	}
+	wg.Wait()
+}
