@@ -120,6 +120,18 @@ func TestAgentErrorsAndRouting(t *testing.T) {
 		anthropicErr(t, post(t, tg.URL+"/v1/messages", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, map[string]string{"X-Api-Key": "sk-alice"}), 400, "invalid_request_error", "max_tokens")
 		tg.next(t)
 	})
+	t.Run("background responses refused", func(t *testing.T) {
+		// Served, it would be answered "queued" with no usage: tokens
+		// outside the ledger and the quotas.
+		resp := post(t, tg.URL+"/v1/responses", `{"model":"m","input":"hi","background":true}`, map[string]string{"Authorization": "Bearer sk-alice"})
+		b := readAll(t, resp)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `"param":"background"`) {
+			t.Errorf("background response: %d %s, want a 400 naming background", resp.StatusCode, b)
+		}
+		if r := tg.next(t); r.ErrorType != record.ErrInvalidRequest || r.Status != 400 {
+			t.Errorf("record: %d %q", r.Status, r.ErrorType)
+		}
+	})
 	t.Run("upstream without the API", func(t *testing.T) {
 		anthropicErr(t, post(t, tg.URL+"/v1/messages", strings.Replace(msg, "%s", "old", 1), map[string]string{"X-Api-Key": "sk-alice"}), 400, "invalid_request_error", "tgi-box (engine tgi)")
 		if r := tg.next(t); r.ErrorType != record.ErrUnsupported || r.Status != 400 {

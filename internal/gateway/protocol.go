@@ -102,6 +102,7 @@ type agentFields struct {
 	MaxOutputTokens  *int64          `json:"max_output_tokens"` // Responses
 	System           json.RawMessage `json:"system"`            // Messages
 	Instructions     json.RawMessage `json:"instructions"`      // Responses
+	Background       *bool           `json:"background"`        // Responses
 }
 
 // endUser is the end user a request body names: safety_identifier (what
@@ -134,6 +135,12 @@ func agentRequest(endpoint string, cr *clientRequest, rec *record.Record) (promp
 	f := &cr.agentFields
 	switch endpoint {
 	case endpointResponses:
+		// A background response is answered "queued" without usage, and
+		// its tokens would only show in a later GET: refused until that
+		// is metered, rather than served unmetered and outside quotas.
+		if f.Background != nil && *f.Background {
+			return nil, badRequest("background", "background responses are not supported by this gateway: its ledger could not meter them; send the request without 'background'")
+		}
 		// input may be left out (a stored prompt, a conversation carry
 		// it); when given it is text or a list of items.
 		if len(cr.Input) > 0 && cr.Input[0] != '"' && cr.Input[0] != '[' && string(cr.Input) != "null" {
