@@ -209,15 +209,16 @@ func TotalsOf(r *record.Record) Totals {
 	if r.FinishReason == "length" {
 		t.FinishLength = 1
 	}
+	metered := record.MetersTokens(r.Endpoint)
 	switch u.Source {
 	case record.SourceEngine:
 	case record.SourceTokenizer, record.SourceMerged:
 		t.TokenizerInput, t.TokenizerOutput = u.InputTokens, u.OutputTokens
-		if r.Upstream != "" {
+		if r.Upstream != "" && metered {
 			t.UsageMissing = 1
 		}
 	default: // none, chunks
-		if r.Upstream != "" && r.UpstreamStatus != 0 {
+		if r.Upstream != "" && r.UpstreamStatus != 0 && metered {
 			t.UsageMissing = 1
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
@@ -30,6 +31,15 @@ var minuteDims = []store.Dim{store.DimModel, store.DimUpstream, store.DimBizLine
 // cut is the condition of a stream cut before its usage arrived.
 const cut = "(usage_source != 'engine' AND output_tokens > 0)"
 
+// meteredEndpoints is record.MeteredEndpoints as a ClickHouse tuple.
+var meteredEndpoints = func() string {
+	q := make([]string, len(record.MeteredEndpoints))
+	for i, e := range record.MeteredEndpoints {
+		q[i] = "'" + e + "'"
+	}
+	return "(" + strings.Join(q, ", ") + ")"
+}()
+
 // measureSQL is each store.Measures entry as a sum over requests rows,
 // the same arithmetic as store.TotalsOf.
 var measureSQL = map[string]string{
@@ -43,7 +53,7 @@ var measureSQL = map[string]string{
 	"reasoning_tokens":    "sum(reasoning_tokens)",
 	"cost_nanos":          "sum(cost_nanos)",
 	"finish_length":       "sum(finish_reason = 'length')",
-	"usage_missing": "sum(multiIf(usage_source = 'engine', 0, usage_source IN ('tokenizer', 'merged'), upstream != '', " +
+	"usage_missing": "sum(endpoint IN " + meteredEndpoints + " AND multiIf(usage_source = 'engine', 0, usage_source IN ('tokenizer', 'merged'), upstream != '', " +
 		"upstream != '' AND upstream_status != 0))",
 	"retried":                "sum(retries)",
 	"retried_input_est":      "sum(retries * input_tokens)",

@@ -66,7 +66,7 @@ var (
 // dimensions and whatever measureSQL sums; never the timeline.
 const ledgerReadColumns = `day, arrival_ns, model, served_model, upstream, biz_line, user_id, key_id, template_id, currency,
 	prompt_sha256, error_type, client_disconnect, cache_hit, input_tokens, cached_input_tokens, output_tokens,
-	reasoning_tokens, cost_nanos, finish_reason, usage_source, upstream_status, retries, e2e_ns, ttft_ns, prompt_bytes,
+	reasoning_tokens, cost_nanos, finish_reason, usage_source, upstream_status, retries, e2e_ns, ttft_ns, prompt_bytes, endpoint,
 	max_tokens, seg_gateway_queue_ns, seg_connect_ns, seg_engine_queue_ns, seg_prefill_ns, seg_decode_ns,
 	seg_client_write_ns, seg_post_processing_ns, seg_unattributed_ns`
 

@@ -54,6 +54,7 @@ func analyticsTests() []namedTest[AnalyticsStore] {
 		{"ReportAcrossMonths", testReportAcrossMonths},
 		{"ReportMeasures", testReportMeasures},
 		{"ReportCurrenciesApart", testReportCurrencies},
+		{"UsageMissingOnlyWhereMetered", testUsageMissingMetered},
 		{"Rerate", testRerate},
 		{"Prompts", testPrompts},
 		{"Events", testEvents},
@@ -824,5 +825,35 @@ func testReportByMinute(t *testing.T, s AnalyticsStore) {
 		if _, err := s.Report(context.Background(), q); err == nil {
 			t.Errorf("Report(%+v) accepted what minutes do not keep", q)
 		}
+	}
+}
+
+// testUsageMissingMetered: an upstream's answer without usage counts as
+// "usage missing" only on an endpoint whose answers carry usage. Token
+// counting, stored-response requests and pass-through answer without it
+// by design; counted, they fired the usage_missing_share alert on agent
+// traffic.
+func testUsageMissingMetered(t *testing.T, s AnalyticsStore) {
+	var recs []*record.Record
+	for i, ep := range []string{"chat", "responses", "messages", "count_tokens", "responses_item", "files", "other"} {
+		r := Record(i)
+		r.Arrival = day0.Add(time.Duration(i) * time.Minute)
+		r.Endpoint, r.Upstream, r.UpstreamStatus = ep, "up", 200
+		r.Usage = record.Usage{Source: record.SourceNone}
+		r.Cost = record.Cost{Currency: "USD"}
+		r.Finish()
+		recs = append(recs, r)
+	}
+	insert(t, s, recs...)
+	rows, err := s.Report(t.Context(), store.ReportQuery{From: day0, To: day0.Add(time.Hour), Measures: []string{"requests", "usage_missing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got store.Totals
+	for _, r := range rows {
+		got.Add(r.Totals)
+	}
+	if got.Requests != int64(len(recs)) || got.UsageMissing != 3 {
+		t.Errorf("requests %d, usage missing %d; want %d and 3 (chat, responses, messages)", got.Requests, got.UsageMissing, len(recs))
 	}
 }
