@@ -198,6 +198,11 @@ func TestOpenAISDKResponses(t *testing.T) {
 		}
 		if r := tg.next(t); r.Endpoint != endpointResponseItem || r.ResponseID != createdID || r.Status != 200 || r.ResponseBytes == 0 {
 			t.Errorf("get recorded as %q %q %d, %d bytes", r.Endpoint, r.ResponseID, r.Status, r.ResponseBytes)
+		} else if got.Usage.OutputTokens == 0 || r.Usage.InputTokens != 0 || r.Usage.OutputTokens != 0 {
+			// The stored response repeats its creation's usage, which
+			// the create's Record already holds: counted again here, it
+			// would be billed twice.
+			t.Errorf("get recorded %d+%d tokens of a response with %d output tokens; want none", r.Usage.InputTokens, r.Usage.OutputTokens, got.Usage.OutputTokens)
 		}
 		items, err := via.Responses.InputItems.List(ctx, createdID, responses.InputItemListParams{})
 		if err != nil || len(items.Data) == 0 {

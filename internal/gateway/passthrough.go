@@ -574,7 +574,11 @@ func (ex *exchange) relay(rec *record.Record, u *upstream, body passBody) {
 			rec.ServedModel = boundedPrefix(m.Model, MaxIdentifier)
 		}
 	}
-	if usageRaw != nil {
+	// Only an answer that generated something carries tokens of its
+	// own: a retrieved or cancelled stored object (GET /v1/chat/
+	// completions/{id}, a stored response) repeats the usage its
+	// creation was already recorded with.
+	if usageRaw != nil && r.Method == http.MethodPost && rec.Endpoint != endpointResponseItem {
 		if u, err := usage.Parse(usageRaw); err == nil {
 			rec.Usage = u
 		}
