@@ -79,8 +79,12 @@ for p in "${npm_pids[@]}"; do
   wait "$p" || { echo "scripts/test.sh: npm ci failed (tools/mockllm or tools/sdkclients)" >&2; exit 1; }
 done
 
+# cmd/tollgate runs the real serve, SDKs, ClickHouse and a browser: under
+# the race detector on a loaded 2-core machine it can pass go test's
+# default 10-minute bound per package. The bound stops a hang, not a slow
+# run: 30 minutes.
 echo "== go test -race"
-go test -race -count=1 ./...
+go test -race -count=1 -timeout 30m ./...
 
 # The 10k-connection test (cmd/tollgate/load_test.go) is built !race: a
 # race-built process may hold at most 8128 goroutines, and it holds 10,000

@@ -100,7 +100,9 @@ func (g *closeGuard) Close() error {
 // store once it is being closed, and the request served before the stop
 // is in the ledger.
 func TestShutdownOrder(t *testing.T) {
-	up := startSimServer(t, sim.Config{})
+	// A model no built-in tokenizer is for: the gateway is ready at once
+	// (a Qwen3 tokenizer takes 30 s to load under the race detector).
+	up := startSimServer(t, sim.Config{Models: []string{"shutdown-probe"}})
 	cfg := shutdownConfig(t, up, 5*time.Second)
 	guard := &closeGuard{inflight: map[string]int{}, pruning: make(chan struct{}), closing: make(chan struct{})}
 	opts := serveOptions{
@@ -130,7 +132,7 @@ func TestShutdownOrder(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	body := `{"model":"Qwen/Qwen3-8B","messages":[{"role":"user","content":"hi"}]}`
+	body := `{"model":"shutdown-probe","messages":[{"role":"user","content":"hi"}]}`
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
