@@ -45,8 +45,8 @@ import (
 // quotas.redis.url is set (it implements io.Closer). Today's usage per
 // scope is read from the ledger's rollups the first time a scope is seen
 // each day (with Redis: the first time its day key is missing), so a
-// restart does not reset quotas (and preloadQuotas reads it for every
-// configured scope at start, in process). reg and log may be nil.
+// restart does not reset quotas (and quota.RunPreload reads it for every
+// configured scope at start). reg and log may be nil.
 func newLimiter(cfg *config.Config, a store.Reports, events *store.EventWriter, alerts *alert.Engine, reg prometheus.Registerer, log *slog.Logger) (quota.Limiter, error) {
 	q, err := cfg.QuotaConfig()
 	if err != nil {
@@ -55,19 +55,10 @@ func newLimiter(cfg *config.Config, a store.Reports, events *store.EventWriter, 
 	if len(q.Keys)+len(q.Users)+len(q.BizLines) == 0 && q.Default == (quota.Defaults{}) {
 		return nil, nil
 	}
-	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
 	seed := func(ctx context.Context, s quota.Scope, day time.Time) (int64, int64, error) {
-		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), Where: map[store.Dim]string{dims[s.Kind]: s.Name},
-			Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}})
-		if err != nil {
-			return 0, 0, err
-		}
-		var tokens, nanos int64
-		for _, r := range rows {
-			tokens += r.Input + r.Output
-			nanos += r.CostNanos
-		}
-		return tokens, nanos, nil
+		used, err := quotaDayUsage(ctx, a, s.Kind, day, s.Name)
+		u := used[s.Name]
+		return u.Tokens, u.CostNanos, err
 	}
 	quotaLoc, err := time.LoadLocation(q.Timezone) // validated; "" is UTC
 	if err != nil {
@@ -110,24 +101,34 @@ func newLimiter(cfg *config.Config, a store.Reports, events *store.EventWriter, 
 }
 
 // quotaDaySeed reads today's usage of every subject of a kind from the
-// ledger's rollups in one query, for quota.Local.Preload.
+// ledger's rollups in one query, for the limiters' Preload.
 func quotaDaySeed(a store.Reports) quota.DaySeedFunc {
-	dims := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}
 	return func(ctx context.Context, k quota.Kind, day time.Time) (map[string]quota.Used, error) {
-		rows, err := a.Report(ctx, store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), GroupBy: []store.Dim{dims[k]},
-			Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}})
-		if err != nil {
-			return nil, err
-		}
-		out := make(map[string]quota.Used, len(rows))
-		for _, r := range rows {
-			u := out[r.Keys[0]]
-			u.Tokens += r.Input + r.Output
-			u.CostNanos += r.CostNanos
-			out[r.Keys[0]] = u
-		}
-		return out, nil
+		return quotaDayUsage(ctx, a, k, day, "")
 	}
+}
+
+// quotaDayUsage reads the usage recorded on the quota day that starts at
+// day from the ledger's rollups, by subject of kind k: name's alone when
+// set, else every subject's.
+func quotaDayUsage(ctx context.Context, a store.Reports, k quota.Kind, day time.Time, name string) (map[string]quota.Used, error) {
+	dim := map[quota.Kind]store.Dim{quota.KindKey: store.DimKey, quota.KindUser: store.DimUser, quota.KindBizLine: store.DimBizLine}[k]
+	q := store.ReportQuery{From: day, To: day.AddDate(0, 0, 1), GroupBy: []store.Dim{dim}, Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}}
+	if name != "" {
+		q.Where = map[store.Dim]string{dim: name}
+	}
+	rows, err := a.Report(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]quota.Used, len(rows))
+	for _, r := range rows {
+		u := out[r.Keys[0]]
+		u.Tokens += r.Input + r.Output
+		u.CostNanos += r.CostNanos
+		out[r.Keys[0]] = u
+	}
+	return out, nil
 }
 
 // startOTLP serves the receiver on its HTTP and gRPC addresses in the
