@@ -49,6 +49,14 @@ func TestAgentTranscripts(t *testing.T) {
 			`{"model":"m","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 			record.Usage{InputTokens: 1210, CachedInputTokens: 1000, CacheWriteTokens: 200, CacheWrite1hTokens: 50, OutputTokens: 12, ToolCalls: 1, Source: record.SourceEngine},
 			"tool_calls", "tool_use", 3},
+		// An engine that ends the stream after message_delta (the
+		// stop reason and final counts) without message_stop: the
+		// answer is whole, and recorded as such, as chat's without
+		// [DONE] is.
+		{"messages without message_stop", "/messages", strings.TrimSuffix(messagesRepeatedCounts, "event: message_stop\n"+`data: {"type":"message_stop"}`+"\n\n"),
+			`{"model":"m","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			record.Usage{InputTokens: 1210, CachedInputTokens: 1000, CacheWriteTokens: 200, CacheWrite1hTokens: 50, OutputTokens: 12, ToolCalls: 1, Source: record.SourceEngine},
+			"tool_calls", "tool_use", 3},
 		{"responses function call first", "/responses", responsesFunctionCall,
 			`{"model":"m","input":"hi","stream":true,"user":"u-1"}`,
 			record.Usage{InputTokens: 50, CachedInputTokens: 32, OutputTokens: 7, ToolCalls: 1, Source: record.SourceEngine},
@@ -73,6 +81,9 @@ func TestAgentTranscripts(t *testing.T) {
 			}
 			if r.FinishReason != tt.finish || r.NativeFinish != tt.native || r.ContentChunks != tt.chunks || r.Derived.TTFT == nil {
 				t.Errorf("finish %q/%q chunks %d TTFT %v; want %q/%q %d", r.FinishReason, r.NativeFinish, r.ContentChunks, r.Derived.TTFT, tt.finish, tt.native, tt.chunks)
+			}
+			if r.Status != 200 || r.ErrorType != "" {
+				t.Errorf("recorded %d %q, want 200 and no error", r.Status, r.ErrorType)
 			}
 			if r.Timeline[0].Offset != r.Marks.FirstClientToken {
 				t.Errorf("timeline starts at %v, first token at %v", r.Timeline[0].Offset, r.Marks.FirstClientToken)

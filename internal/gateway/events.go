@@ -40,6 +40,7 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 		engErr    string
 		cwAtLast  time.Duration
 		doneEvent []byte
+		final     bool // the answer's last word came (message_delta, response.completed)
 	)
 	for !clientGone {
 		ev, err := er.Next()
@@ -56,6 +57,7 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 			if se.Error != "" {
 				engErr = se.Error
 			}
+			final = final || se.Final
 			if se.Done {
 				// Held back until the Record is durable (see complete).
 				doneEvent = append(doneEvent[:0], ev.Raw...)
@@ -121,7 +123,10 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 			rec.ResponseBytes += int64(n)
 			_ = rc.Flush()
 		}
-	case doneEvent != nil && (upErr == nil || errors.Is(upErr, io.EOF)):
+	case (doneEvent != nil || final) && (upErr == nil || errors.Is(upErr, io.EOF)):
+		// Whole: the terminal event came, or the stream ended cleanly
+		// after the answer's last word (an engine that sends no
+		// message_stop), as chat's without [DONE].
 		ex.record(rec, resp.StatusCode, record.ErrNone, "")
 		ex.complete(rec, doneEvent)
 	default:
