@@ -315,20 +315,28 @@ func TestReadCountsEveryRequestOnce(t *testing.T) {
 	}
 }
 
-// TestReadCacheWidens: a period cached with one quantity's sketches is
-// read again for another one, and then answers both.
-func TestReadCacheWidens(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
+// storedHour is a SQLite store holding the hour from t0: 120 requests,
+// one every 30 s, their TTFT 100 ms to 219 ms and input 1 to 120 tokens.
+func storedHour(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	a := New(Config{From: t0}, st, nil, nil)
 	for i := range 120 {
 		a.Add(req("m", t0.Add(time.Duration(i)*30*time.Second), time.Duration(100+i)*time.Millisecond, time.Second, int64(i+1), 9))
 	}
-	a.Flush(ctx, t0.Add(2*time.Hour))
+	a.Flush(t.Context(), t0.Add(2*time.Hour))
+	return st
+}
+
+// TestReadCacheWidens: a period cached with one quantity's sketches is
+// read again for another one, and then answers both.
+func TestReadCacheWidens(t *testing.T) {
+	ctx := context.Background()
+	st := storedHour(t)
 	log := &readLog{Store: st}
 	r := NewReader(log, ReaderOptions{Cache: 10})
 	q := Query{From: t0, To: t0.Add(time.Hour), Quantities: []Quantity{TTFT}}
@@ -364,16 +372,7 @@ func TestReadCacheWidens(t *testing.T) {
 // and could corrupt the cached hour for every later reader.
 func TestReadAnswersAreTheirOwn(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a := New(Config{From: t0}, st, nil, nil)
-	for i := range 120 {
-		a.Add(req("m", t0.Add(time.Duration(i)*30*time.Second), time.Duration(100+i)*time.Millisecond, time.Second, int64(i+1), 9))
-	}
-	a.Flush(ctx, t0.Add(2*time.Hour))
+	st := storedHour(t)
 	r := NewReader(st, ReaderOptions{Cache: 10})
 	q := Query{From: t0, To: t0.Add(time.Hour), Quantities: []Quantity{TTFT}}
 	read := func() *Stats {
