@@ -32,7 +32,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format := fs.String("format", "table", "table, json or csv")
 	limit := fs.Int("limit", 20, "rows of ranked reports (top, waste)")
 	where := map[store.Dim]*string{}
-	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey, store.DimEndUser} {
 		where[d] = fs.String(string(d), "", "only this "+strings.ReplaceAll(string(d), "_", " "))
 	}
 	// The kind comes first: "tollgate report users --from …".

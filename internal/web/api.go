@@ -205,7 +205,7 @@ func (a *API) listReports(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats})
 }
 
-// getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&limit=&format=
+// getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&end_user=&limit=&format=
 func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 7)
@@ -214,7 +214,7 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rq := report.Query{From: from, To: to, Where: map[store.Dim]string{}}
-	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey, store.DimEndUser} {
 		if v := q.Get(string(d)); v != "" {
 			rq.Where[d] = v
 		}

@@ -119,7 +119,7 @@ func (s *Store) open(ctx context.Context) error {
 	s.w.SetMaxOpenConns(1)
 	s.w.SetMaxIdleConns(1)
 
-	from, to, err := migrate(ctx, s.w, time.Now())
+	from, to, err := migrate(ctx, s.w, time.Now(), s.loc)
 	if err != nil {
 		return err
 	}
