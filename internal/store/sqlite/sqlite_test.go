@@ -137,13 +137,7 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openAt(t, path)
+	s = rewind(t, s, path, 6)
 	defer s.Close()
 	var n int
 	if err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM rollup_month").Scan(&n); err != nil || n == 0 {
@@ -184,13 +178,7 @@ func TestMigration17Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 17"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openAt(t, path)
+	s = rewind(t, s, path, 17)
 	defer s.Close()
 	after, err := s.Report(ctx, q)
 	if err != nil {
@@ -199,6 +187,19 @@ func TestMigration17Backfills(t *testing.T) {
 	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("report by end user after migration 17 differs (-before +after):\n%s", diff)
 	}
+}
+
+// rewind forgets migrations from version on (whose changes the caller
+// undid) and opens the ledger again, which applies them anew.
+func rewind(t *testing.T, s *Store, path string, version int) *Store {
+	t.Helper()
+	if _, err := s.w.ExecContext(t.Context(), "DELETE FROM schema_migrations WHERE version >= ?", version); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openAt(t, path)
 }
 
 func TestRefusesNewerSchema(t *testing.T) {
