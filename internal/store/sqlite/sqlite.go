@@ -218,6 +218,11 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// BEGIN IMMEDIATE took the write lock, so nothing below waits on
+	// another connection: the statements need not watch ctx. The driver
+	// starts a goroutine per statement to watch a context that can end,
+	// which was ≈ 5 % of the ledger's CPU (BenchmarkLedger).
+	ctx = context.WithoutCancel(ctx)
 	req := tx.StmtContext(ctx, s.insReq)
 	det := tx.StmtContext(ctx, s.insDet)
 	args := make([]any, 0, len(ledger))
