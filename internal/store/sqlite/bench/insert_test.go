@@ -9,19 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 )
 
 // BenchmarkInsert is the SQLite half of BenchmarkLedger (internal/ledger)
 // without the write-ahead queue: Store.Insert of a realistic day's Records
-// (this package's generator) in batches of 512, config's default, back to
-// back, one op = one Record. Its batches do not depend on timing, so it
+// (this package's generator) in batches of config's default size, back
+// to back, one op = one Record. Its batches do not depend on timing, so it
 // compares two versions of the store more steadily than the whole path:
 //
 //	GOMAXPROCS=1 go test ./internal/store/sqlite/bench -run XXX -bench BenchmarkInsert -benchtime 100000x -count 5
 func BenchmarkInsert(b *testing.B) {
-	const batch = 512
+	batch := config.Default().Store.BatchSize
 	recs, err := Records(b.N)
 	if err != nil {
 		b.Fatal(err)
