@@ -325,6 +325,37 @@ func newRollupAcc(loc *time.Location) *rollupAcc {
 	return &rollupAcc{loc: loc, sums: map[rollupKey]*store.Totals{}}
 }
 
+// dimValues reach a rollup dimension's value in a Record, by column name.
+var dimValues = map[string]func(*record.Record) string{
+	"model":         func(r *record.Record) string { return r.Model },
+	"served_model":  func(r *record.Record) string { return r.ServedModel },
+	"upstream":      func(r *record.Record) string { return r.Upstream },
+	"biz_line":      func(r *record.Record) string { return r.BizLine },
+	"user_id":       func(r *record.Record) string { return r.UserID },
+	"key_id":        func(r *record.Record) string { return r.KeyID },
+	"template_id":   func(r *record.Record) string { return r.TemplateID },
+	"currency":      func(r *record.Record) string { return r.Cost.Currency },
+	"prompt_sha256": func(r *record.Record) string { return r.PromptSHA256 },
+	"end_user":      func(r *record.Record) string { return r.EndUser },
+}
+
+// rollupDims are dimValues in the order of each rollupTable's dims,
+// looked up once: a map built per Record was an eighth of the ledger's
+// allocations.
+var rollupDims = func() [][]func(*record.Record) string {
+	out := make([][]func(*record.Record) string, len(rollupTables))
+	for i, t := range rollupTables {
+		for _, d := range t.dims {
+			get, ok := dimValues[d]
+			if !ok {
+				panic("sqlite: rollup " + t.name + " has dimension " + d + ", which dimValues lacks")
+			}
+			out[i] = append(out[i], get)
+		}
+	}
+	return out
+}()
+
 // add adds sign × the Totals of r to every rollup it belongs to.
 func (a *rollupAcc) add(r *record.Record, sign int64) {
 	t := store.TotalsOf(r)
@@ -332,18 +363,13 @@ func (a *rollupAcc) add(r *record.Record, sign int64) {
 		negate(&t)
 	}
 	at := r.Arrival.UTC()
-	dimVals := map[string]string{
-		"model": r.Model, "served_model": r.ServedModel, "upstream": r.Upstream, "biz_line": r.BizLine,
-		"user_id": r.UserID, "key_id": r.KeyID, "template_id": r.TemplateID, "currency": r.Cost.Currency,
-		"prompt_sha256": r.PromptSHA256, "end_user": r.EndUser,
-	}
 	for i, tbl := range rollupTables {
-		if (tbl.only != "" && dimVals[tbl.only] == "") || (a.tables != nil && !a.tables[i]) {
+		if (tbl.only != "" && dimValues[tbl.only](r) == "") || (a.tables != nil && !a.tables[i]) {
 			continue
 		}
 		k := rollupKey{table: i, bucket: bucket(tbl.grain, at, a.loc)}
-		for j, d := range tbl.dims {
-			k.dims[j] = dimVals[d]
+		for j, get := range rollupDims[i] {
+			k.dims[j] = get(r)
 		}
 		sum, ok := a.sums[k]
 		if !ok {
@@ -364,18 +390,25 @@ func negate(t *store.Totals) {
 
 // flush upserts the accumulated sums inside tx.
 func (a *rollupAcc) flush(ctx context.Context, tx *sql.Tx, stmts []*sql.Stmt) error {
+	txStmts := make([]*sql.Stmt, len(stmts))
 	return a.upsert(func(table int, args []any) error {
-		_, err := tx.StmtContext(ctx, stmts[table]).ExecContext(ctx, args...)
+		st := txStmts[table]
+		if st == nil {
+			st = tx.StmtContext(ctx, stmts[table])
+			txStmts[table] = st
+		}
+		_, err := st.ExecContext(ctx, args...)
 		return err
 	})
 }
 
-// upsert passes each accumulated row to exec with its upsert's arguments.
+// upsert passes each accumulated row to exec with its upsert's arguments
+// (a slice exec must not keep: it is reused).
 func (a *rollupAcc) upsert(exec func(table int, args []any) error) error {
+	var args []any
 	for _, k := range a.keys {
 		tbl := rollupTables[k.table]
-		args := make([]any, 0, 1+len(tbl.dims)+len(measures))
-		args = append(args, k.bucket)
+		args = append(args[:0], k.bucket)
 		for j := range tbl.dims {
 			args = append(args, k.dims[j])
 		}
