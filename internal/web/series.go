@@ -636,6 +636,25 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 	} else {
 		res["latency_s"] = nil
 	}
+	// The engines' own prefix-cache hit rate (vLLM's counters, scraped),
+	// beside the share their usage reports: the mean of the samples in
+	// the period, null when none was scraped.
+	res["engine_prefix_cache_hit_rate"] = nil
+	if ss, err := a.o.Store.EngineSamples(ctx, from, to, ""); err == nil {
+		var sum float64
+		n := 0
+		for _, e := range ss {
+			if !math.IsNaN(e.PrefixCacheHitRate) && !math.IsInf(e.PrefixCacheHitRate, 0) {
+				sum += e.PrefixCacheHitRate
+				n++
+			}
+		}
+		if n > 0 {
+			res["engine_prefix_cache_hit_rate"] = sum / float64(n)
+		}
+	} else if errors.Is(err, store.ErrNotConnected) {
+		return nil, err
+	}
 	var firing, pending int
 	if a.o.Alerts != nil {
 		for _, al := range a.o.Alerts() {
