@@ -337,8 +337,8 @@
       default: return t('usage.source.none');
     }
   }
-  const figure = (label, value, unit, id) => h('div', { class: 'figure' }, h('div', { class: 'label' }, label),
-    h('div', {}, h('span', { class: 'value', 'data-testid': id || null }, value), unit && value !== dash ? h('span', { class: 'unit' }, unit) : null));
+  const figure = (label, value, unit, id, raw) => h('div', { class: 'figure' }, h('div', { class: 'label' }, label),
+    h('div', {}, h('span', { class: 'value', 'data-testid': id || null, 'data-value': raw === undefined || raw === null ? null : String(raw) }, value), unit && value !== dash ? h('span', { class: 'unit' }, unit) : null));
   const kv = (pairs) => h('dl', { class: 'kv' }, pairs.filter((p) => p).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v === '' || v === undefined || v === null ? dash : v)]));
 
   async function pageRequest(main, id) {
@@ -419,7 +419,8 @@
     main.append(h('div', { class: 'grid2' },
       h('div', { class: 'card', 'data-testid': 'result' }, h('h2', {}, t('request.result')),
         kv([[t('result.status'), String(r.status)], [t('result.upstream_status'), r.upstream_status ? String(r.upstream_status) : dash],
-          [t('result.error_type'), r.error_type], [t('result.error_message'), r.error_message], [t('result.finish_reason'), r.finish_reason],
+          [t('result.error_type'), r.error_type ? h('code', {}, r.error_type) : ''], [t('result.error_message'), r.error_message ? (lang === 'en' ? r.error_message : h('span', { title: r.error_message }, t('result.see_error_type'))) : ''],
+          [t('result.finish_reason'), r.finish_reason ? h('code', {}, r.finish_reason) : ''],
           [t('result.attempt'), String(r.attempt)], [t('result.retries'), String(r.retries)],
           [t('result.stream'), r.stream ? t('common.yes') : t('common.no')],
           [t('result.cache_hit'), r.cache_hit ? t('common.yes') : t('common.no')],
@@ -427,13 +428,13 @@
       h('div', { class: 'card', 'data-testid': 'identity' }, h('h2', {}, t('request.identity')),
         kv([[t('id.trace_id'), h('code', { 'data-testid': 'trace-id' }, r.trace_id)], [t('id.logical_request_id'), r.logical_request_id],
           [t('id.user'), r.user_id], [t('id.key_id'), r.key_id], [t('id.biz_line'), r.biz_line], [t('id.team'), r.team],
-          [t('id.session'), r.session_id], [t('id.template'), r.template_id], [t('id.endpoint'), r.endpoint],
-          [t('id.model'), r.model], [t('id.served_model'), r.served_model], [t('id.upstream'), r.upstream], [t('id.engine'), r.engine]]))));
+          [t('id.session'), r.session_id], [t('id.template'), r.template_id], [t('id.endpoint'), r.endpoint ? h('code', {}, r.endpoint) : ''],
+          [t('id.model'), r.model], [t('id.served_model'), r.served_model], [t('id.upstream'), r.upstream ? h('code', {}, r.upstream) : ''], [t('id.engine'), r.engine ? h('code', {}, r.engine) : '']]))));
 
     if (r.engine_timing) {
       const e = r.engine_timing;
       main.append(h('div', { class: 'card', 'data-testid': 'engine' }, h('h2', {}, t('request.engine')),
-        kv([[t('engine.signal'), e.signal], [t('engine.queue'), fmtMS(e.queue_ms)], [t('engine.ttft'), fmtMS(e.ttft_ms)],
+        kv([[t('engine.signal'), h('code', {}, e.signal)], [t('engine.queue'), fmtMS(e.queue_ms)], [t('engine.ttft'), fmtMS(e.ttft_ms)],
           [t('engine.prefill'), fmtMS(e.prefill_ms)], [t('engine.decode'), fmtMS(e.decode_ms)], [t('engine.e2e'), fmtMS(e.e2e_ms)]])));
     }
 
@@ -450,7 +451,7 @@
   function drawTimeline(el, points) {
     if (typeof uPlot !== 'function') { el.append(h('p', { class: 'muted' }, t('request.timeline_nochart'))); return; }
     const xs = points.map((p) => p[1]), ys = points.map((p) => p[0] + 1);
-    const width = Math.max(320, Math.min(1100, el.parentElement.clientWidth - 32));
+    const width = Math.max(200, Math.min(1100, el.parentElement.clientWidth - 32));
     // eslint-disable-next-line no-new
     new uPlot({
       width, height: 240,
@@ -531,6 +532,7 @@
   // translated; data (models, users, templates) is shown as it is.
   function valueCell(name, v, row) {
     if (name === 'finding') return h('span', { title: v }, wasteKind(v));
+    if (name === 'flag') return h('span', { title: v, class: 'status-bad' }, t('cost.flag_top'));
     if (name === 'detail' && row.finding) return h('span', { title: v, style: 'white-space:normal' }, wasteDetail(row));
     if (name === 'segment') return segLabel(v);
     if (name === 'prefix_cache') return v === 'hit' ? t('diag.prefix_hit') : v === 'miss' ? t('diag.prefix_miss') : v;
@@ -908,7 +910,7 @@
       points: { show: true, size: xs.length < 60 ? 5 : 3 }, // a lone value between gaps is a point, not a line
       value: (u, v, si, idx) => { const raw = lines[i].values[idx]; return isNum(raw) ? (opts.fmt || String)(raw) : dash; },
     })));
-    const width = Math.max(320, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
+    const width = Math.max(200, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
     const u = new uPlot({
       width, height: opts.height || 220,
       // Tick labels to six significant digits: uPlot's own rounding could
@@ -1023,7 +1025,7 @@
     return h('div', { class: 'delta ' + (Math.abs(d) < 0.05 ? 'muted' : d > 0 ? 'up' : 'down'), 'data-testid': id },
       t('ov.prev_change', { pct: (d > 0 ? '+' : '') + d.toFixed(1) }));
   }
-  const tile = (label, value, unit, id, extra) => { const f = figure(label, value, unit, id); if (extra) f.append(extra); return f; };
+  const tile = (label, value, unit, id, extra, raw) => { const f = figure(label, value, unit, id, raw); if (extra) f.append(extra); return f; };
   async function pageOverview(main, params) {
     const w = window_(params, '24h');
     main.append(h('h1', {}, t('overview.title')), h('div', { class: 'card' }, rangeForm('overview', w, params), h('p', { class: 'hint' }, t('overview.hint'))));
@@ -1045,8 +1047,8 @@
     out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period_zone', { from: fmtTime(ov.from).slice(0, 16), to: fmtTime(ov.to).slice(0, 16), zone: zoneLabel() })));
     const engineRate = isNum(ov.engine_prefix_cache_hit_rate) ? h('div', { class: 'delta muted', 'data-testid': 'ov-engine-prefix' }, t('ov.engine_prefix', { v: fmtPct(ov.engine_prefix_cache_hit_rate) })) : null;
     out.append(h('div', { class: 'figures card', 'data-testid': 'ov-figures', 'data-api': ovPath },
-      tile(t('ov.requests'), fmtInt(T.requests), '', 'ov-requests', change(T.requests, pv('requests'), 'ov-requests-prev')),
-      tile(t('ov.qps'), fmtQPS(ov.qps), t('unit.per_s'), 'ov-qps', change(ov.qps, prev && prev.qps, 'ov-qps-prev')),
+      tile(t('ov.requests'), fmtInt(T.requests), '', 'ov-requests', change(T.requests, pv('requests'), 'ov-requests-prev'), T.requests),
+      tile(t('ov.qps'), fmtQPS(ov.qps), t('unit.per_s'), 'ov-qps', change(ov.qps, prev && prev.qps, 'ov-qps-prev'), ov.qps),
       tile(t('ov.error_rate'), fmtPct(T.error_rate), '%', 'ov-error-rate', change(T.error_rate, pv('error_rate'), 'ov-error-rate-prev')),
       tile(t('ov.e2e_p50'), fmtSec(e2e.p50), 'ms', 'ov-e2e-p50'),
       tile(t('ov.e2e_p95'), fmtSec(e2e.p95), 'ms', 'ov-e2e-p95'),
@@ -1054,9 +1056,9 @@
       tile(t('ov.ttft_p50'), fmtSec(ttft.p50), 'ms', 'ov-ttft-p50'),
       tile(t('ov.ttft_p95'), fmtSec(ttft.p95), 'ms', 'ov-ttft-p95'),
       tile(t('ov.ttft_p99'), fmtSec(ttft.p99), 'ms', 'ov-ttft-p99', change(ttft.p99, PL.ttft && PL.ttft.p99, 'ov-ttft-p99-prev')),
-      tile(t('ov.input_tokens'), fmtInt(T.input_tokens), t('unit.tokens'), 'ov-input-tokens', change(T.input_tokens, pv('input_tokens'), 'ov-input-prev')),
-      tile(t('ov.output_tokens'), fmtInt(T.output_tokens), t('unit.tokens'), 'ov-output-tokens', change(T.output_tokens, pv('output_tokens'), 'ov-output-prev')),
-      tile(t('ov.prefix_cache_share'), fmtPct(T.prefix_cache_share), '%', 'ov-cache', engineRate),
+      tile(t('ov.input_tokens'), fmtInt(T.input_tokens), t('unit.tokens'), 'ov-input-tokens', change(T.input_tokens, pv('input_tokens'), 'ov-input-prev'), T.input_tokens),
+      tile(t('ov.output_tokens'), fmtInt(T.output_tokens), t('unit.tokens'), 'ov-output-tokens', change(T.output_tokens, pv('output_tokens'), 'ov-output-prev'), T.output_tokens),
+      tile(t('ov.prefix_cache_share'), fmtPct(T.prefix_cache_share), '%', 'ov-cache', engineRate, T.prefix_cache_share),
       tile(t('ov.response_cache_share'), fmtPct(T.response_cache_share), '%', 'ov-response-cache'),
       tile(t('ov.cost'), fmtCosts(T.cost), '', 'ov-cost'),
       tile(t('ov.alerts'), h('a', { href: '#/alerts' }, fmtInt((ov.alerts || {}).active)), '', 'ov-alerts')));
