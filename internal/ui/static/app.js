@@ -266,9 +266,9 @@
     const shown = sortKey ? recs.slice().sort((a, b) => (SORTS[sortKey](b) || 0) - (SORTS[sortKey](a) || 0)) : recs;
     const note = recs.length >= Number(limit) ? t('requests.capped', { n: recs.length }) : t('requests.count', { n: recs.length });
     const older = recs.length >= Number(limit) ? h('a', { class: 'button', 'data-testid': 'older', href: href('requests', '', (() => { const p = new URLSearchParams(params); p.set('before', recs[recs.length - 1].timing.arrival); return p; })()) }, t('requests.older')) : null;
-    out.replaceChildren(h('p', { class: 'muted', 'data-testid': 'count' }, note, get('before') ? ' · ' + t('requests.before', { t: fmtTime(get('before')) }) : ''),
+    out.replaceChildren(...[h('p', { class: 'muted', 'data-testid': 'count' }, note, get('before') ? ' · ' + t('requests.before', { t: fmtTime(get('before')) }) : ''),
       recs.length ? table(cols, shown, { 'data-testid': 'requests' }) : h('p', { class: 'placeholder' }, t('requests.none')),
-      sortKey ? h('p', { class: 'hint' }, t('requests.sort_hint')) : null, older);
+      sortKey ? h('p', { class: 'hint' }, t('requests.sort_hint')) : null, older].filter((x) => x));
     function sortHead(k, label) {
       const p = new URLSearchParams(params);
       if (sortKey === k) p.delete('sort'); else p.set('sort', k);
@@ -903,7 +903,7 @@
     // samples line up with the charts beside them.
     const xr = opts.xRange ? [opts.xRange[0] / 1000, opts.xRange[1] / 1000] : null;
     const spanS = xr ? xr[1] - xr[0] : xs[xs.length - 1] - xs[0];
-    const tick = (v) => { const d = parts(v * 1000); return (spanS > 2 * 86400 ? `${pad(d.mo)}-${pad(d.d)} ` : '') + `${pad(d.H)}:${pad(d.M)}`; };
+    const tick = (v) => { const d = parts(v * 1000); return (spanS > 2 * 86400 ? `${pad(d.mo)}-${pad(d.d)} ` : '') + `${pad(d.H)}:${pad(d.M)}` + (spanS <= 600 ? `:${pad(d.S)}` : ''); };
     const series = [{ label: t('col.bucket'), value: (u, v) => (v == null ? dash : fmtTime(v * 1000).slice(0, 16)) }].concat(order.map((i) => ({
       label: lines[i].label, stroke: lines[i].color, width: 2,
       fill: opts.stacked ? lines[i].color : undefined, spanGaps: !!opts.spanGaps,
