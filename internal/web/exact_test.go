@@ -140,3 +140,41 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// TestSeriesPartialStep: the step in progress is marked partial and its
+// QPS divides by its elapsed seconds, so it does not read as a dip; the
+// steps before it are whole. The old code divided by the whole step.
+func TestSeriesPartialStep(t *testing.T) {
+	f := newSeriesFixture(t)
+	clock := now.Add(-12*time.Minute - 30*time.Second) // 11:47:30: 30 s into its minute
+	srv := httptest.NewServer(NewAPI(Options{Store: f.st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return clock }}))
+	t.Cleanup(srv.Close)
+	var got struct {
+		Series []struct {
+			Points []struct {
+				T        time.Time `json:"t"`
+				Requests int64     `json:"requests"`
+				QPS      float64   `json:"qps"`
+				Partial  bool      `json:"partial"`
+			} `json:"points"`
+		} `json:"series"`
+	}
+	getJSON(t, fmt.Sprintf("%s/api/v1/series?from=%s&to=%s&step=1m&measures=requests", srv.URL, clock.Add(-10*time.Minute).Format(time.RFC3339), clock.Format(time.RFC3339)), &got)
+	ps := got.Series[0].Points
+	if len(ps) != 11 {
+		t.Fatalf("%d points, want 11", len(ps))
+	}
+	for i, p := range ps {
+		last := i == len(ps)-1
+		secs := 60.0
+		if last {
+			secs = clock.Sub(p.T).Seconds()
+		}
+		if p.Partial != last || p.QPS != float64(p.Requests)/secs {
+			t.Errorf("step %s: partial %v, qps %v for %d requests; want partial %v, qps over %v s", p.T.Format(time.TimeOnly), p.Partial, p.QPS, p.Requests, last, secs)
+		}
+	}
+	if ps[len(ps)-1].Requests == 0 {
+		t.Error("fixture: no request in the step in progress")
+	}
+}
