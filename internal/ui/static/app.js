@@ -903,7 +903,11 @@
     // samples line up with the charts beside them.
     const xr = opts.xRange ? [opts.xRange[0] / 1000, opts.xRange[1] / 1000] : null;
     const spanS = xr ? xr[1] - xr[0] : xs[xs.length - 1] - xs[0];
-    const tick = (v) => { const d = parts(v * 1000); return (spanS > 2 * 86400 ? `${pad(d.mo)}-${pad(d.d)} ` : '') + `${pad(d.H)}:${pad(d.M)}` + (spanS <= 600 ? `:${pad(d.S)}` : ''); };
+    const tick = (v) => {
+      const d = parts(v * 1000), day = `${pad(d.mo)}-${pad(d.d)}`;
+      if (spanS > 2 * 86400) return d.H === 0 && d.M === 0 ? day : `${day} ${pad(d.H)}:${pad(d.M)}`;
+      return `${pad(d.H)}:${pad(d.M)}` + (spanS <= 600 ? `:${pad(d.S)}` : '');
+    };
     const series = [{ label: t('col.bucket'), value: (u, v) => (v == null ? dash : fmtTime(v * 1000).slice(0, 16)) }].concat(order.map((i) => ({
       label: lines[i].label, stroke: lines[i].color, width: 2,
       fill: opts.stacked ? lines[i].color : undefined, spanGaps: !!opts.spanGaps,
