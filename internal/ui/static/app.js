@@ -577,7 +577,7 @@
         h('td', { class: 'num' }, h('span', { 'data-testid': 'burn-used' }, burnAmount(u, u.used)), ' / ', burnAmount(u, u.quota),
           u.reserved > 0 ? h('span', { class: 'muted' }, ' ' + t('budget.reserved', { n: burnAmount(u, u.reserved) })) : null),
         h('td', { class: 'burn-cell' }, h('div', { class: 'burn-track' }, h('div', { class: 'burn-bar', style: `width:${width.toFixed(1)}%` }))),
-        h('td', { class: 'num', 'data-testid': 'burn-share' }, fmtPct(u.share) + ' %'));
+        h('td', { class: 'num', 'data-testid': 'burn-share' }, pctCell(u.share)));
     });
     const d = list[0];
     return h('div', {},
@@ -877,6 +877,7 @@
   const fmtCosts = (m) => (m && Object.keys(m).length ? Object.keys(m).sort().map((c) => fmtMoney(m[c], c)).join(' · ') : dash);
   const fmtSec = (v) => (isNum(v) ? (v * 1000).toFixed(1) : dash); // seconds shown as ms
   const fmtPct = (v) => (isNum(v) ? (v * 100).toFixed(1) : dash);
+  const pctCell = (v) => (isNum(v) ? fmtPct(v) + ' %' : dash);
   const fmtQPS = (v) => (isNum(v) ? (v >= 10 ? v.toFixed(1) : v.toPrecision(3)) : dash);
   const fmtBucket = (s) => fmtTime(s).slice(0, 16);
   const COLORS = ['#2457c5', '#f79009', '#b42318', '#12b76a', '#7a5af8', '#ee46bc', '#98a2b3', '#2e90fa'];
@@ -1101,8 +1102,8 @@
       g && g.top && g.top.length ? table([
         { label: dim === 'biz_line' ? t('col.biz_line') : t('col.model'), cell: (r) => h('a', { href: href('diagnostics', '', paramsOf({ range: w.range === 'custom' ? '' : w.range, from: w.from, to: w.to, [dim]: r.key })) }, r.key || dash) },
         { label: t('col.requests'), num: true, cell: (r) => fmtInt(r.requests) },
-        { label: t('col.error_rate'), num: true, cell: (r) => fmtPct(r.error_rate) + ' %' },
-        { label: t('col.prefix_cache_share'), num: true, cell: (r) => fmtPct(r.prefix_cache_share) + ' %' },
+        { label: t('col.error_rate'), num: true, cell: (r) => pctCell(r.error_rate) },
+        { label: t('col.prefix_cache_share'), num: true, cell: (r) => pctCell(r.prefix_cache_share) },
         { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.input_tokens) },
         { label: t('col.output_tokens'), num: true, cell: (r) => fmtInt(r.output_tokens) },
         { label: t('col.e2e_mean_ms'), num: true, cell: (r) => fmtSec(r.e2e_mean_s) },
@@ -1191,7 +1192,7 @@
         { label: 'TPOT P99 (ms)', num: true, cell: (p) => fmtSec(P.tpot[p.t] && P.tpot[p.t].p99) },
         { label: 'E2E P99 (ms)', num: true, cell: (p) => fmtSec(P.e2e[p.t] && P.e2e[p.t].p99) },
         { label: t('col.e2e_mean_ms'), num: true, cell: (p) => fmtSec(p.e2e_mean_s) },
-        { label: t('col.prefix_cache_share'), num: true, cell: (p) => fmtPct(p.prefix_cache_share) + ' %' },
+        { label: t('col.prefix_cache_share'), num: true, cell: (p) => pctCell(p.prefix_cache_share) },
       ], busy) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))));
 
     // Tokens per business line over the window.
