@@ -141,6 +141,10 @@ engine_metrics: {interval: 0s}
 quotas:
   users:
     %s: {daily_tokens: 1000000}
+alerts:
+  interval: 1s
+  rules:
+    - {name: ui_error_share, signal: error_rate, windows: [1m], threshold: {warning: 0.01}, min_requests: 1}
 `, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
@@ -854,6 +858,37 @@ func uiExactRanges(t *testing.T, ctx context.Context, base string, recs []uiReco
 		t.Errorf("E2E and TTFT P99 are drawn in %s canvases, want 2 panels", n)
 	}
 	checkClean("Overview, 15 minutes")
+
+	// Alert markers: the test's rule (any error in a minute) fires on the
+	// unknown model's failure; the charts mark its start.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var al struct{ History []json.RawMessage }
+		getJSON(t, base+"/api/v1/alerts", &al)
+		if len(al.History) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test's alert rule did not fire within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run("overview with the alert", chromedp.Navigate(base+"/ui/?lang=en#/overview?range=15m"), ready("overview"))
+	if m := str(`document.querySelector('[data-testid=chart-qps]').dataset.markers`); m == "" || m == "0" {
+		t.Errorf("the QPS chart marks %q alerts, want the one fired", m)
+	}
+	run("alerts page", chromedp.Navigate(base+"/ui/?lang=zh#/alerts"), ready("alerts"))
+	if n := str(`String(document.querySelectorAll('[data-testid=no-notifier]').length)`); n != "1" {
+		t.Error("the Alerts page does not say that no notifier is configured")
+	}
+	// The rule's window is a minute: by now the alert may have resolved.
+	// Its history rows say fired or resolved in Chinese either way.
+	if got := str(`[...document.querySelectorAll('[data-testid=alerts-history] .badge')].map((b) => b.textContent).join(' ')`); got == "" || strings.Trim(got, "触发中已恢复待定 ") != "" {
+		t.Errorf("alert history states in Chinese: %q, want 触发中/已恢复", got)
+	}
+	if got := str(`(document.querySelector('[data-testid=alert-severity]') || {}).textContent || '警告'`); got != "警告" {
+		t.Errorf("an active alert's severity in Chinese: %q, want 警告", got)
+	}
 
 	// A drilled minute: every card shows that minute's requests.
 	minute := first.UTC().Truncate(time.Minute)

@@ -797,10 +797,23 @@
   }
   // alertMessage says what an alert measured, in the page's language, from
   // its fields (the server's summary is English: kept as a title).
+  // alertUnit shows an alert's value in its unit, in the page's language
+  // (a ratio as a percentage).
+  function alertValue(v, unit) {
+    switch (unit) {
+      case 'ratio': return isNum(v) ? fmtNum(v * 100) + ' %' : dash;
+      case 's': return fmtNum(v) + ' s';
+      case 'tokens': return fmtNum(v) + ' ' + t('unit.tokens');
+      case 'requests': return fmtNum(v) + ' ' + t('unit.requests');
+      case 'per hour': return fmtNum(v) + ' ' + t('unit.per_hour');
+      case '': case undefined: return fmtNum(v);
+      default: return fmtNum(v) + ' ' + unit;
+    }
+  }
   function alertMessage(a) {
     if (!a || !a.rule) return dash;
-    const v = { rule: a.rule, value: fmtNum(a.value), threshold: fmtNum(a.threshold), unit: a.unit || '' };
-    return a.baseline ? t('alert.msg_baseline', Object.assign({ baseline: fmtNum(a.baseline) }, v)) : t('alert.msg', v);
+    const v = { rule: a.rule, value: alertValue(a.value, a.unit), threshold: alertValue(a.threshold, a.unit), unit: '' };
+    return a.baseline ? t('alert.msg_baseline', Object.assign({ baseline: alertValue(a.baseline, a.unit) }, v)) : t('alert.msg', v);
   }
   const fmtNum = (v) => (isNum(v) ? String(+v.toPrecision(4)) : dash);
   const alertOfEvent = (e) => { try { return JSON.parse(e.Data || '{}'); } catch (x) { return {}; } };
@@ -817,7 +830,7 @@
         { label: t('col.rule'), cell: (a) => h('code', {}, a.rule) },
         { label: t('col.labels'), cell: (a) => h('code', {}, labelsText(a.labels)) },
         { label: t('col.summary'), cell: (a) => h('span', { style: 'white-space:normal', title: a.summary }, alertMessage(a)) },
-        { label: t('col.value'), num: true, cell: (a) => `${+a.value.toPrecision(4)} / ${+a.threshold.toPrecision(4)} ${a.unit || ''}` },
+        { label: t('col.value'), num: true, cell: (a) => alertValue(a.value, a.unit) + ' / ' + alertValue(a.threshold, a.unit) },
         { label: t('col.since'), cell: (a) => fmtTime(a.starts_at) },
         { label: '', cell: (a) => requestsLink(a.link) },
       ], active) : h('p', { class: 'placeholder' }, t('alerts.none_active'))));
