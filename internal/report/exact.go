@@ -137,7 +137,7 @@ func minuteRows(ctx context.Context, src Source, q store.ReportQuery, from, to t
 // ledgerRows sums q's groups over [from, to) from the ledger.
 func ledgerRows(ctx context.Context, led Ledger, q store.ReportQuery, from, to time.Time) ([]store.ReportRow, error) {
 	f := store.Filter{Since: from, Until: to, Limit: ExactLedgerLimit, Model: q.Where[store.DimModel], BizLine: q.Where[store.DimBizLine],
-		UserID: q.Where[store.DimUser], TemplateID: q.Where[store.DimTemplate]}
+		UserID: q.Where[store.DimUser], TemplateID: q.Where[store.DimTemplate], EndUser: q.Where[store.DimEndUser]}
 	recs, err := led.Requests(ctx, f)
 	if err != nil {
 		return nil, err
@@ -189,6 +189,8 @@ func recordKey(r *record.Record, d store.Dim) (string, bool) {
 		return r.KeyID, true
 	case store.DimTemplate:
 		return r.TemplateID, true
+	case store.DimEndUser:
+		return r.EndUser, true
 	}
 	return "", false
 }
