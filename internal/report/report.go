@@ -272,8 +272,11 @@ const LengthShareFlag = 0.10
 
 // length shows, per model and template, how often answers were cut by
 // max_tokens (seed 001 §2.1: users receive truncated answers).
+// It counts exactly the period asked (Exact), so a drilled minute lists
+// its requests.
 func length(ctx context.Context, src Source, q Query) (*Result, error) {
-	rows, err := src.Report(ctx, q.store(store.DimModel, store.DimTemplate))
+	led, _ := src.(Ledger)
+	rows, err := Exact(ctx, src, led, q.store(store.DimModel, store.DimTemplate))
 	if err != nil {
 		return nil, err
 	}

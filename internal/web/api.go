@@ -202,7 +202,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (a *API) listReports(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats})
+	// zone is the report time zone (days, months, the "store" zone the
+	// dashboard offers beside the browser's and UTC).
+	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats, "zone": a.o.Loc.String()})
 }
 
 // getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&end_user=&limit=&format=
