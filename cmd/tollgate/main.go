@@ -56,6 +56,8 @@ Usage:
   tollgate store    copy --from DB --config FILE | export [--db PATH] | import --config FILE
                     move a ledger (and its events and alerting windows) from SQLite to ClickHouse;
                     export and import carry it as JSON lines
+  tollgate config   check --config FILE
+                    load and validate a config file as serve would, and stop
   tollgate version  print the version, VCS revision and time, modified flag and Go version
 
 Run "tollgate COMMAND -h" for the flags of a command.
@@ -121,6 +123,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runBenchSoak(ctx, rest[1:], stdout, stderr)
 		}
 		return runBench(ctx, rest, stdout, stderr)
+	case "config":
+		return runConfig(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprint(stdout, buildinfo.Read())
 		return nil
