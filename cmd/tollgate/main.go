@@ -14,10 +14,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	_ "time/tzdata" // store.timezone and quota days work on hosts without tzdata
 
+	"github.com/tollgate-dev/tollgate/internal/buildinfo"
 	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
@@ -56,7 +56,9 @@ Usage:
   tollgate store    copy --from DB --config FILE | export [--db PATH] | import --config FILE
                     move a ledger (and its events and alerting windows) from SQLite to ClickHouse;
                     export and import carry it as JSON lines
-  tollgate version  print the version
+  tollgate config   check --config FILE
+                    load and validate a config file as serve would, and stop
+  tollgate version  print the version, VCS revision and time, modified flag and Go version
 
 Run "tollgate COMMAND -h" for the flags of a command.
 `
@@ -121,8 +123,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runBenchSoak(ctx, rest[1:], stdout, stderr)
 		}
 		return runBench(ctx, rest, stdout, stderr)
+	case "config":
+		return runConfig(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "tollgate", version())
+		fmt.Fprint(stdout, buildinfo.Read())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usageText)
@@ -131,24 +135,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n%s", cmd, usageText)
 		return errUsage
 	}
-}
-
-// version is the module version when built from a tagged module, else the
-// VCS revision the build recorded, else "dev".
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "dev-" + s.Value[:12]
-		}
-	}
-	return "dev"
 }
 
 // newLogger builds the process logger from the config's log section.

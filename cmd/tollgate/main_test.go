@@ -286,6 +286,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"requests", "--limit", "0"}, "usage"},
 		{[]string{"requests", "show"}, "usage"},
 		{[]string{"demo", "--rate", "-1"}, "usage"},
+		{[]string{"config"}, "usage"},
+		{[]string{"config", "check"}, "usage"},
+		{[]string{"config", "check", "--config", bad}, "upstreams[0].engin: unknown key (line 5)"},
 	}
 	for _, tc := range cases {
 		_, _, err := runCmd(t, tc.args...)
@@ -298,8 +301,18 @@ func TestCommandLineErrors(t *testing.T) {
 			t.Errorf("%v: %v, want it to mention %q", tc.args, err, tc.wantErr)
 		}
 	}
-	if out, _, err := runCmd(t, "version"); err != nil || !strings.HasPrefix(out, "tollgate ") {
-		t.Errorf("version: %q %v", out, err)
+	for _, arg := range []string{"version", "--version"} {
+		out, _, err := runCmd(t, arg)
+		if err != nil || !strings.HasPrefix(out, "tollgate ") || !strings.Contains(out, "\n  revision: ") || !strings.Contains(out, "\n  go:       go1.") {
+			t.Errorf("%s: %q %v", arg, out, err)
+		}
+	}
+	good := filepath.Join(t.TempDir(), "good.yml")
+	if err := os.WriteFile(good, []byte("listen: 127.0.0.1:1\nupstreams:\n  - {name: a, url: \"http://127.0.0.1:1/v1\", engine: vllm}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCmd(t, "config", "check", "--config", good); err != nil || !strings.Contains(out, ": ok (listen 127.0.0.1:1, store sqlite, 1 upstreams)") {
+		t.Errorf("config check %s: %q %v", good, out, err)
 	}
 }
 
