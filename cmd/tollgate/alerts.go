@@ -103,7 +103,7 @@ func runAlertsTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 func runAlertsRules(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("alerts rules", "alerts rules [--config FILE]", stderr)
 	cfgPath := fs.String("config", "", "config `file` (default: built-in rules only)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := config.Default()

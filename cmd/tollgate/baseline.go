@@ -59,7 +59,7 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files (NAME.json)")
 	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url")
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
 	}
 	if *suitePath == "" {
@@ -108,20 +108,15 @@ func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Wr
 	ratio := fs.Float64("latency-ratio", 1.5, "a latency drifts when its median grows by this `factor` (and the KS test agrees)")
 	share := fs.Float64("length-share", 0.1, "output length drifts when its mean moves by this `share` (and the KS test agrees)")
 	format := fs.String("format", "text", "report `format`: text or json")
-	// NAME may come before or after the flags.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate baseline compare: unexpected argument %q\n", fs.Arg(0))
+	var name string
+	if fs.NArg() > 1 {
+		fmt.Fprintf(stderr, "tollgate baseline compare: unexpected argument %q (one baseline NAME)\n", fs.Arg(1))
 		return errUsage
 	}
+	name = fs.Arg(0)
 	switch {
 	case name == "":
 		return errors.New("baseline compare: the baseline NAME is required")
@@ -194,7 +189,7 @@ func runBaselineWatch(ctx context.Context, args []string, stdout, stderr io.Writ
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
 	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's")
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
 	}
 	if *suitePath == "" {

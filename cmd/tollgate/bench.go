@@ -51,12 +51,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	detailed := fs.Bool("detailed", false, "add one row per request to the JSON (request id, TTFT, TPOT, ITL…)")
 	output := fs.String("output", "", "also write the JSON result to this `file`")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when it is a terminal), always, never")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -44,7 +44,7 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var f store.Filter
 	fs.StringVar(&f.Model, "model", "", "only this model")
 	fs.StringVar(&f.BizLine, "biz", "", "only this business line")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
 	}
 	st, err := lf.open(ctx, nil, false)

@@ -41,12 +41,8 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	role := fs.String("role", "", "internal: mock | bare")
 	listen := fs.String("listen", "", "internal: listen address of a role")
 	upstream := fs.String("upstream", "", "internal: the bare proxy's upstream URL")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOnlyFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate bench overhead: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
 	}
 	switch *role {
 	case "":
