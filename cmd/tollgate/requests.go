@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -66,7 +67,24 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	if len(recs) == 0 {
-		fmt.Fprintln(stdout, "no requests recorded yet")
+		// "Recorded yet" only when nothing filtered the rows out.
+		var filters []string
+		fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "db", "config", "limit", "json":
+			default:
+				if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+					filters = append(filters, "--"+fl.Name)
+				} else {
+					filters = append(filters, "--"+fl.Name+" "+strconv.Quote(fl.Value.String()))
+				}
+			}
+		})
+		if len(filters) > 0 {
+			fmt.Fprintf(stdout, "no requests match %s\n", strings.Join(filters, " "))
+		} else {
+			fmt.Fprintln(stdout, "no requests recorded yet")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
