@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/baseline"
+	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/sim"
 	"github.com/tollgate-dev/tollgate/internal/store"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
@@ -41,5 +46,56 @@ func TestRequestsNoMatch(t *testing.T) {
 		if err != nil || strings.TrimSpace(out) != tc.want {
 			t.Errorf("%q: err %v, output %q; want %q", tc.args, err, out, tc.want)
 		}
+	}
+}
+
+// TestBaselineCompareFailedRequests is the README's `baseline compare v1
+// --suite suite.yaml` against a gateway that wants a key, run without one:
+// every request fails, and the command says why (counted, with the first
+// error and what to do) and exits "inconclusive" instead of claiming the
+// model changed.
+func TestBaselineCompareFailedRequests(t *testing.T) {
+	dir := t.TempDir()
+	suite := filepath.Join(dir, "suite.yaml")
+	writeTestFile(t, suite, cliSuite)
+	bdir := filepath.Join(dir, "baselines")
+	cfg := shutdownConfig(t, startSimServer(t, sim.Config{Seed: 1, DecodeBase: time.Millisecond}), 0)
+	cfg.Auth.Keys = []config.Key{{KeySHA256: config.HashKey("sk-test"), UserID: "u"}}
+	addr, cancel, wait := startServe(t, cfg)
+	defer func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Setenv("OPENAI_API_KEY", "")
+	gw := "http://" + addr + "/v1"
+	if out, errOut, err := runCmd(t, "baseline", "run", "--suite", suite, "--save", "v1", "--dir", bdir, "--base-url", gw, "--api-key", "sk-test"); err != nil {
+		t.Fatalf("baseline run: %v\n%s%s", err, out, errOut)
+	}
+
+	// The saved baseline gives the URL; no key this time.
+	out, _, err := runCmd(t, "baseline", "compare", "v1", "--suite", suite, "--dir", bdir)
+	var ex *exitError
+	if !errors.As(err, &ex) || ex.code != exitInconclusive {
+		t.Fatalf("compare without a key: error %v, want exit status %d (inconclusive)\n%s", err, exitInconclusive, out)
+	}
+	for _, want := range []string{"inconclusive: 4 of 4 requests failed: HTTP 401", "--api-key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if !strings.Contains(out, "INCONCLUSIVE: 4 of 4 requests failed (first: HTTP 401") || strings.Contains(out, "DRIFT") || strings.Contains(out, "model or its version changed") {
+		t.Errorf("report:\n%s", out)
+	}
+
+	// A run of which every request fails is not saved, and says why.
+	_, _, err = runCmd(t, "baseline", "run", "--suite", suite, "--save", "v2", "--dir", bdir, "--base-url", gw)
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "--api-key") {
+		t.Errorf("run without a key: %v", err)
+	}
+	// Without any URL the client commands go to a gateway's default address.
+	if u := baselineURL("", &baseline.Suite{}, ""); u != "http://127.0.0.1:8080/v1" {
+		t.Errorf("default baseline URL %q", u)
 	}
 }

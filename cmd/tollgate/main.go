@@ -67,14 +67,55 @@ the flags.
 // errUsage means the command line was wrong; the message was printed.
 var errUsage = errors.New("usage")
 
+// Exit statuses beyond 0 (success), 1 (an error) and 2 (a usage error),
+// for commands whose result scripts act on: a finding of warning or
+// critical severity (reconcile), or a check that could not conclude
+// (baseline compare).
+const (
+	exitWarning      = 3
+	exitCritical     = 4
+	exitInconclusive = 3
+)
+
+// exitError is a result that is not a failure of the command itself but
+// that ends it with its own exit status; its report was printed.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// authHint is what to do about a request error that is the endpoint
+// refusing the key: "" for any other error.
+func authHint(reqErr string) string {
+	if !strings.HasPrefix(reqErr, "HTTP 401") && !strings.HasPrefix(reqErr, "HTTP 403") {
+		return ""
+	}
+	keys := make([]string, len(demoUsers))
+	for i, u := range demoUsers {
+		keys[i] = u.key
+	}
+	return " (pass the endpoint's key with --api-key or $OPENAI_API_KEY; the demo's keys are " + strings.Join(keys, ", ") + ")"
+}
+
+// gatewayURL is the OpenAI base URL of a gateway started with the
+// defaults (tollgate serve, tollgate demo): what the client commands
+// (bench, baseline) talk to unless told otherwise.
+var gatewayURL = "http://" + config.Default().Listen + "/v1"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	var ex *exitError
 	switch {
 	case err == nil:
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
+	case errors.As(err, &ex):
+		fmt.Fprintln(os.Stderr, "tollgate:", err)
+		os.Exit(ex.code)
 	default:
 		fmt.Fprintln(os.Stderr, "tollgate:", err)
 		os.Exit(1)
