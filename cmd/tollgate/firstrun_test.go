@@ -99,3 +99,39 @@ func TestBaselineCompareFailedRequests(t *testing.T) {
 		t.Errorf("default baseline URL %q", u)
 	}
 }
+
+// TestBenchWarmupFailureDoesNotAbort: against a gateway that wants a key,
+// bench without one reports the failed warm-up and runs anyway (old: it
+// stopped at the warm-up); with the key it measures every request. The
+// --header help names tollgate's own business-line header.
+func TestBenchWarmupFailureDoesNotAbort(t *testing.T) {
+	cfg := shutdownConfig(t, startSimServer(t, sim.Config{Seed: 1, DecodeBase: time.Millisecond}), 0)
+	cfg.Auth.Keys = []config.Key{{KeySHA256: config.HashKey("sk-test"), UserID: "u"}}
+	addr, cancel, wait := startServe(t, cfg)
+	defer func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Setenv("OPENAI_API_KEY", "")
+	args := []string{"bench", "--base-url", "http://" + addr + "/v1", "--model", demoModel, "--num-prompts", "3", "--input-len", "8", "--output-len", "4", "--progress", "never"}
+
+	out, errOut, err := runCmd(t, args...)
+	if err == nil || !strings.Contains(err.Error(), "all 3 requests failed (first: HTTP 401") || !strings.Contains(err.Error(), "--api-key") {
+		t.Errorf("without a key: error %v, want the measured requests' failure with a hint", err)
+	}
+	if !strings.Contains(errOut, "warm-up: 1 of 1 requests failed, each tried 3 times (first: warm-up request 0: HTTP 401") || !strings.Contains(out, "Serving Benchmark Result") {
+		t.Errorf("without a key: stderr %q, stdout:\n%s", errOut, out)
+	}
+
+	out, errOut, err = runCmd(t, append(args, "--api-key", "sk-test")...)
+	if err != nil || strings.Contains(errOut, "warm-up") || !strings.Contains(out, "Successful requests:                     3 ") {
+		t.Errorf("with the key: %v\n%s%s", err, errOut, out)
+	}
+
+	_, errOut, _ = runCmd(t, "bench", "-h")
+	if !strings.Contains(errOut, "e.g. 'X-Tollgate-Biz: bench'") || strings.Contains(errOut, "X-Biz-Line") {
+		t.Errorf("--header help:\n%s", errOut)
+	}
+}

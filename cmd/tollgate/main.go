@@ -89,7 +89,7 @@ func (e *exitError) Error() string { return e.msg }
 // authHint is what to do about a request error that is the endpoint
 // refusing the key: "" for any other error.
 func authHint(reqErr string) string {
-	if !strings.HasPrefix(reqErr, "HTTP 401") && !strings.HasPrefix(reqErr, "HTTP 403") {
+	if !strings.Contains(reqErr, "HTTP 401") && !strings.Contains(reqErr, "HTTP 403") {
 		return ""
 	}
 	keys := make([]string, len(demoUsers))
