@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -133,5 +135,92 @@ func TestBenchWarmupFailureDoesNotAbort(t *testing.T) {
 	_, errOut, _ = runCmd(t, "bench", "-h")
 	if !strings.Contains(errOut, "e.g. 'X-Tollgate-Biz: bench'") || strings.Contains(errOut, "X-Biz-Line") {
 		t.Errorf("--header help:\n%s", errOut)
+	}
+}
+
+// TestReconcileExitStatus: reconcile's exit status follows the worst
+// line's severity — 0 when the bill matches, 3 on a warning, 4 on a
+// critical mismatch — and requests refused before any engine (no model,
+// no tokens) make no all-zero ledger_only line.
+func TestReconcileExitStatus(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "b.db")
+	st, err := sqlite.Open(context.Background(), db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Clean engine-counted requests only (every third storetest record is a
+	// cut stream, which would explain differences), and one 401.
+	recs := append(storetest.Records(0, 2), storetest.Records(3, 2)...)
+	recs = append(recs, storetest.Minimal("refused", storetest.Base.Add(time.Minute)))
+	if err := st.Insert(context.Background(), store.Batch{Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	type line struct {
+		Day, Model, Side string
+		Ledger           struct{ Requests, Input, Cached, Output int64 }
+	}
+	reconcile := func(name string, lines []line, bump func(l *line)) (string, error) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("day,model,requests,input,cached,output\n")
+		for _, l := range lines {
+			bump(&l)
+			fmt.Fprintf(&b, "%s,%s,%d,%d,%d,%d\n", l.Day, l.Model, l.Ledger.Requests, l.Ledger.Input, l.Ledger.Cached, l.Ledger.Output)
+		}
+		bill := filepath.Join(dir, name)
+		writeTestFile(t, bill, b.String())
+		out, _, err := runCmd(t, "reconcile", "--bill", bill, "--bill-format", "generic", "--db", db, "--no-save", "--json",
+			"--map", "day=day,model=model,requests=requests,input=input,cached=cached,output=output")
+		return out, err
+	}
+	status := func(err error) int {
+		var ex *exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ex):
+			return ex.code
+		}
+		t.Fatalf("reconcile failed: %v", err)
+		return -1
+	}
+
+	// A bill for another model: every ledger line is ledger_only, critical.
+	out, err := reconcile("probe.csv", []line{{Day: "2025-03-14", Model: "other"}}, func(*line) {})
+	if got := status(err); got != exitCritical {
+		t.Errorf("probe: exit status %d, want %d", got, exitCritical)
+	}
+	var probe struct{ Lines []line }
+	if err := json.Unmarshal([]byte(out), &probe); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var ledger []line
+	for _, l := range probe.Lines {
+		if l.Side == "ledger_only" {
+			if l.Model == "" || l.Ledger.Requests == 0 {
+				t.Errorf("empty ledger_only line: %+v", l)
+			}
+			ledger = append(ledger, l)
+		}
+	}
+	if len(ledger) != 2 {
+		t.Fatalf("ledger lines %+v, want the two served models", ledger)
+	}
+
+	for _, tc := range []struct {
+		name string
+		bump func(l *line)
+		want int
+	}{
+		{"matching.csv", func(*line) {}, 0},
+		{"warning.csv", func(l *line) { l.Ledger.Input += l.Ledger.Input / 100 }, exitWarning},    // 1 %: above 0.5 %, below 2 %
+		{"critical.csv", func(l *line) { l.Ledger.Output += l.Ledger.Output / 10 }, exitCritical}, // 10 %
+	} {
+		out, err := reconcile(tc.name, ledger, tc.bump)
+		if got := status(err); got != tc.want {
+			t.Errorf("%s: exit status %d (%v), want %d\n%s", tc.name, got, err, tc.want, out)
+		}
 	}
 }
