@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/tollgate-dev/tollgate/internal/baseline"
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -222,5 +225,60 @@ func TestReconcileExitStatus(t *testing.T) {
 		if got := status(err); got != tc.want {
 			t.Errorf("%s: exit status %d (%v), want %d\n%s", tc.name, got, err, tc.want, out)
 		}
+	}
+}
+
+// TestRootOpensOverview: GET / on the gateway redirects to the dashboard
+// (it answered 404), other methods at / stay the gateway's, and the
+// dashboard opened without a page lands on Overview (it opened Requests),
+// in real Chromium when it is installed.
+func TestRootOpensOverview(t *testing.T) {
+	cfg := shutdownConfig(t, startSimServer(t, sim.Config{Seed: 1}), 0)
+	addr, cancel, wait := startServe(t, cfg)
+	defer func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Error(err)
+		}
+	}()
+	base := "http://" + addr
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, _ := http.NewRequest(method, base+"/?lang=zh", nil)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/?lang=zh" {
+			t.Errorf("%s /?lang=zh: %d to %q, want 302 to /ui/?lang=zh", method, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	resp, err := http.Post(base+"/", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /: %d, want the gateway's 404", resp.StatusCode)
+	}
+
+	chrome := chromium()
+	if chrome == "" {
+		t.Skip("chromium not installed; scripts/test.sh installs Debian's chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelT()
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/?lang=en"), chromedp.WaitVisible(chromedp.CSS(`#main[data-ready]:not([data-ready=""])`))); err != nil {
+		t.Fatalf("open %s/: %v", base, err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('main').dataset.ready + ' ' + location.pathname + location.search`))
+	if err != nil || page != "overview /ui/?lang=en" {
+		t.Errorf("the browser opened %q (err %v), want the overview at /ui/", page, err)
 	}
 }
