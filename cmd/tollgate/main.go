@@ -62,6 +62,10 @@ Usage:
 Run "tollgate COMMAND -h" for the flags of a command. Flags and arguments may
 come in any order after the command ("requests show ID --db PATH"); "--" ends
 the flags.
+
+Exit status: 0 success, 1 an error, 2 a usage error; reconcile exits 3 on a
+warning and 4 on a critical mismatch; baseline compare exits 1 on drift and 3
+when it is inconclusive (requests failed).
 `
 
 // errUsage means the command line was wrong; the message was printed.
