@@ -244,10 +244,10 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 
 // listRequests: GET /api/v1/requests?since=&until=&user=&biz_line=&model=&trace_id=&client_request_id=&template=&endpoint=&end_user=&status=&errors=1&slow=2s&limit=
 func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	p := a.params(r)
+	q := p.q
 	f := store.Filter{UserID: q.Get("user"), BizLine: q.Get("biz_line"), Model: q.Get("model"), TraceID: q.Get("trace_id"), TemplateID: q.Get("template"),
 		ClientRequestID: q.Get("client_request_id"), Endpoint: q.Get("endpoint"), EndUser: q.Get("end_user")}
-	p := a.params(r)
 	p.time("since", &f.Since)
 	p.time("until", &f.Until)
 	p.int("status", &f.Status, 100, 599, "an HTTP status code")
