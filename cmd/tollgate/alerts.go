@@ -44,7 +44,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runAlertsTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("alerts test", "alerts test [-v] FILE", stderr)
 	verbose := fs.Bool("v", false, "also print every firing and resolution")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -103,7 +103,7 @@ func runAlertsTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 func runAlertsRules(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("alerts rules", "alerts rules [--config FILE]", stderr)
 	cfgPath := fs.String("config", "", "config `file` (default: built-in rules only)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := config.Default()

@@ -20,7 +20,9 @@ import (
 
 // TestParseFlagsInterleaved: flags after a positional are read as flags,
 // "--" makes everything after it positional, and a flag's value is never
-// taken for a positional (nor a positional for a bool flag's value).
+// taken for a positional (nor a positional for a bool flag's value); a
+// command of flags only refuses a positional instead of ignoring it and
+// the flags after it.
 func TestParseFlagsInterleaved(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
@@ -46,7 +48,7 @@ func TestParseFlagsInterleaved(t *testing.T) {
 		db := fs.String("db", "", "")
 		asJSON := fs.Bool("json", false, "")
 		limit := fs.Int("limit", 20, "")
-		err := parseFlags(fs, tc.args)
+		err := parseArgs(fs, tc.args)
 		if tc.wantErr {
 			if !errors.Is(err, errUsage) {
 				t.Errorf("%q: error %v, want a usage error", tc.args, err)
@@ -57,6 +59,20 @@ func TestParseFlagsInterleaved(t *testing.T) {
 			t.Errorf("%q: err %v, db %q json %v limit %d positionals %q; want db %q json %v limit %d positionals %q",
 				tc.args, err, *db, *asJSON, *limit, fs.Args(), tc.db, tc.json, tc.limit, tc.pos)
 		}
+		fs = flag.NewFlagSet("t", flag.ContinueOnError)
+		var out strings.Builder
+		fs.SetOutput(&out)
+		fs.String("db", "", "")
+		fs.Bool("json", false, "")
+		fs.Int("limit", 20, "")
+		if err := parseFlags(fs, tc.args); !errors.Is(err, errUsage) || !strings.Contains(out.String(), "unexpected argument") {
+			t.Errorf("%q with flags only: error %v, output %q; want the positional refused", tc.args, err, out.String())
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	db := fs.String("db", "", "")
+	if err := parseFlags(fs, []string{"--db", "x.db"}); err != nil || *db != "x.db" {
+		t.Errorf("flags only: %v, db %q", err, *db)
 	}
 }
 

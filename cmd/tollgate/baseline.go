@@ -59,7 +59,7 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files (NAME.json)")
 	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else "+gatewayURL)
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *suitePath == "" {
@@ -111,7 +111,7 @@ Exit status: 0 no drift; 1 drift (or an error); 2 a usage error;
 	ratio := fs.Float64("latency-ratio", 1.5, "a latency drifts when its median grows by this `factor` (and the KS test agrees)")
 	share := fs.Float64("length-share", 0.1, "output length drifts when its mean moves by this `share` (and the KS test agrees)")
 	format := fs.String("format", "text", "report `format`: text or json")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	var name string
@@ -203,7 +203,7 @@ func runBaselineWatch(ctx context.Context, args []string, stdout, stderr io.Writ
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
 	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's, else "+gatewayURL)
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *suitePath == "" {

@@ -52,7 +52,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	detailed := fs.Bool("detailed", false, "add one row per request to the JSON (request id, TTFT, TPOT, ITL…)")
 	output := fs.String("output", "", "also write the JSON result to this `file`")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when it is a terminal), always, never")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}

@@ -26,7 +26,7 @@ func runRerate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	db := fs.String("db", "", "SQLite ledger `path` (default: the config's store — store.sqlite.path, or ClickHouse with store.backend clickhouse)")
 	from := fs.String("from", "", "first `date` (2026-11-01) or RFC 3339 time to re-rate (required)")
 	to := fs.String("to", "", "end (exclusive) `date` or time (required)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *cfgPath == "" || *from == "" || *to == "" {
@@ -86,7 +86,7 @@ Exit status, by the worst line's severity: 0 ok or every difference explained;
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "JSON instead of a table")
 	noSave := fs.Bool("no-save", false, "do not keep this run in the ledger file (the dashboard's Cost page lists kept runs)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *billPath == "" {

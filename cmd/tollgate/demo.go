@@ -55,7 +55,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway listen `address`")
 	simListen := fs.String("sim-listen", "127.0.0.1:8000", "simulator listen `address`")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *rate <= 0 {

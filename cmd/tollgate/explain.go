@@ -14,7 +14,7 @@ import (
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("explain", "explain [--db PATH | --config FILE] REQUEST_ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -44,7 +44,7 @@ func runDiagnose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var f store.Filter
 	fs.StringVar(&f.Model, "model", "", "only this model")
 	fs.StringVar(&f.BizLine, "biz", "", "only this business line")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	st, err := lf.open(ctx, nil, false)

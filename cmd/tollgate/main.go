@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	_ "time/tzdata" // store.timezone and quota days work on hosts without tzdata
 
@@ -59,9 +58,10 @@ Usage:
                     export and import carry it as JSON lines
   tollgate version  print the version
 
-Run "tollgate COMMAND -h" for the flags of a command. Flags and arguments may
-come in any order after the command ("requests show ID --db PATH"); "--" ends
-the flags.
+Run "tollgate COMMAND -h" for the flags of a command.
+
+Flags and arguments may come in any order after the command ("requests show
+ID --db PATH"); "--" ends the flags.
 
 Exit status: 0 success, 1 an error, 2 a usage error; reconcile exits 3 on a
 warning and 4 on a critical mismatch; baseline compare exits 1 on drift and 3
@@ -70,43 +70,6 @@ when it is inconclusive (requests failed).
 
 // errUsage means the command line was wrong; the message was printed.
 var errUsage = errors.New("usage")
-
-// Exit statuses beyond 0 (success), 1 (an error) and 2 (a usage error),
-// for commands whose result scripts act on: a finding of warning or
-// critical severity (reconcile), or a check that could not conclude
-// (baseline compare).
-const (
-	exitWarning      = 3
-	exitCritical     = 4
-	exitInconclusive = 3
-)
-
-// exitError is a result that is not a failure of the command itself but
-// that ends it with its own exit status; its report was printed.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
-
-// authHint is what to do about a request error that is the endpoint
-// refusing the key: "" for any other error.
-func authHint(reqErr string) string {
-	if !strings.Contains(reqErr, "HTTP 401") && !strings.Contains(reqErr, "HTTP 403") {
-		return ""
-	}
-	keys := make([]string, len(demoUsers))
-	for i, u := range demoUsers {
-		keys[i] = u.key
-	}
-	return " (pass the endpoint's key with --api-key or $OPENAI_API_KEY; the demo's keys are " + strings.Join(keys, ", ") + ")"
-}
-
-// gatewayURL is the OpenAI base URL of a gateway started with the
-// defaults (tollgate serve, tollgate demo): what the client commands
-// (bench, baseline) talk to unless told otherwise.
-var gatewayURL = "http://" + config.Default().Listen + "/v1"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -220,68 +183,4 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-// parseFlags parses a command's arguments with flags and positional
-// arguments in any order — `requests show ID --db X` as well as
-// `requests show --db X ID` — which the flag package alone does not do: it
-// stops at the first positional and leaves the flags after it unread.
-// "--" ends the flags; every argument after it is positional, even one
-// starting with "-". Afterwards fs.Args() is the positionals in order.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	var flags, positional []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			positional = append(positional, args[i+1:]...)
-			i = len(args)
-		case len(a) < 2 || a[0] != '-': // "-" alone is a positional (stdin), as in the flag package
-			positional = append(positional, a)
-		default:
-			flags = append(flags, a)
-			if takesValue(fs, a) && i+1 < len(args) {
-				i++
-				flags = append(flags, args[i])
-			}
-		}
-	}
-	if err := fs.Parse(flags); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	// Every flag is set; parsing "--" and the positionals only makes them
-	// fs.Args().
-	return fs.Parse(append([]string{"--"}, append(fs.Args(), positional...)...))
-}
-
-// parseOnlyFlags is parseFlags for a command that takes no positional
-// argument: one is a usage error, named, rather than silently ignored.
-func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "tollgate %s: unexpected argument %q (this command takes flags only)\n", fs.Name(), fs.Arg(0))
-		return errUsage
-	}
-	return nil
-}
-
-// takesValue reports whether the flag argument a ("-name" or "--name")
-// takes the next argument as its value, as the flag package reads it: a
-// known flag that is not boolean and has no "=value" of its own.
-func takesValue(fs *flag.FlagSet, a string) bool {
-	name := strings.TrimPrefix(a[1:], "-")
-	if strings.Contains(name, "=") {
-		return false
-	}
-	f := fs.Lookup(name)
-	if f == nil {
-		return false
-	}
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return !ok || !b.IsBoolFlag()
 }

@@ -41,7 +41,7 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	role := fs.String("role", "", "internal: mock | bare")
 	listen := fs.String("listen", "", "internal: listen address of a role")
 	upstream := fs.String("upstream", "", "internal: the bare proxy's upstream URL")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch *role {

@@ -36,7 +36,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		where[d] = fs.String(string(d), "", "only this "+strings.ReplaceAll(string(d), "_", " "))
 	}
 	// The kind is the one positional, before or after the flags.
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

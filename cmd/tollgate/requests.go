@@ -35,7 +35,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.EndUser, "end-user", "", "only requests whose body named this end user (user, safety_identifier, metadata.user_id)")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -106,7 +106,7 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("requests show", "requests show [--db PATH | --config FILE] [--json] ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "print the JSON record(s)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

@@ -187,7 +187,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	upstream := fs.String("upstream", "", "single upstream base `URL`, e.g. http://127.0.0.1:8000/v1 (replaces upstreams)")
 	engine := fs.String("engine", "vllm", "engine `kind` of --upstream: vllm, sglang, tgi, llamacpp, ollama, openai, anthropic")
 	db := fs.String("db", "", "SQLite ledger `path` (overrides store.sqlite.path)")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(*cfgPath, *listen, *upstream, *engine, *db)

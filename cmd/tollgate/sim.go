@@ -46,7 +46,7 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("sim", "sim [--listen ADDR] [--model NAME]... [flags]", stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "listen `address` (vLLM's default port)")
 	c, models := simFlags(fs)
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	c.Models = *models

@@ -31,7 +31,7 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	dir := fs.String("dir", "", "work `directory` for the ledger and the children's logs (default: a temporary one, removed afterwards)")
 	asJSON := fs.Bool("json", false, "print the report, samples included, as JSON")
 	output := fs.String("output", "", "also write the JSON report to this `file`")
-	if err := parseOnlyFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var err error

@@ -25,7 +25,7 @@ func runTokens(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	chat := fs.Bool("chat", false, "input is an OpenAI chat request body: count the prompt the engine sees (chat template applied)")
 	asJSON := fs.Bool("json", false, `print {"count": N, "ids": [...]}`)
 	jsonl := fs.Bool("jsonl", false, "one input per line (a JSON string, or with --chat a request body); one JSON result per line")
-	if err := parseOnlyFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	ct, err := openCounter(*model, *path)
