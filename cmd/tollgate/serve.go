@@ -412,6 +412,7 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 	// none, but the server reads what is sent before the next request.
 	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
 	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/"))) // the dashboard, reading /api/
+	mux.Handle("/", gw.Handler())
 	// A browser pointed at the gateway itself lands on the dashboard; any
 	// other path at the root stays the gateway's (an OpenAI-style 404).
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -421,7 +422,6 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 		}
 		http.Redirect(w, r, to, http.StatusFound)
 	})
-	mux.Handle("/", gw.Handler())
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
