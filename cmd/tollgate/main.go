@@ -61,6 +61,13 @@ Usage:
   tollgate version  print the version, VCS revision and time, modified flag and Go version
 
 Run "tollgate COMMAND -h" for the flags of a command.
+
+Flags and arguments may come in any order after the command ("requests show
+ID --db PATH"); "--" ends the flags.
+
+Exit status: 0 success, 1 an error, 2 a usage error; reconcile exits 3 on a
+warning and 4 on a critical mismatch; baseline compare exits 1 on drift and 3
+when it is inconclusive (requests failed).
 `
 
 // errUsage means the command line was wrong; the message was printed.
@@ -70,10 +77,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	var ex *exitError
 	switch {
 	case err == nil:
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
+	case errors.As(err, &ex):
+		fmt.Fprintln(os.Stderr, "tollgate:", err)
+		os.Exit(ex.code)
 	default:
 		fmt.Fprintln(os.Stderr, "tollgate:", err)
 		os.Exit(1)
@@ -158,14 +169,4 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	return nil
 }

@@ -415,6 +415,15 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
 	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/", buildinfo.Read().Short()))) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
+	// A browser pointed at the gateway itself lands on the dashboard; any
+	// other path at the root stays the gateway's (an OpenAI-style 404).
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		to := "/ui/"
+		if r.URL.RawQuery != "" {
+			to += "?" + r.URL.RawQuery // e.g. ?lang=zh
+		}
+		http.Redirect(w, r, to, http.StatusFound)
+	})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)

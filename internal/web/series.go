@@ -91,13 +91,10 @@ type timeline struct {
 }
 
 func (a *API) parseTimeline(q url.Values, days int) (*timeline, error) {
-	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), days)
-	if err != nil {
-		param := "from"
-		if strings.HasPrefix(err.Error(), "to:") {
-			param = "to"
-		}
-		return nil, &paramError{param, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "to: "), "from: ")}
+	p := &queryParser{q: q, loc: a.o.Loc, now: a.o.Now()}
+	from, to := p.period(days)
+	if p.err != nil {
+		return nil, p.err
 	}
 	tl := &timeline{step: q.Get("step")}
 	if tl.step == "" {

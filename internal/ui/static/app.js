@@ -104,7 +104,7 @@
     const raw = location.hash.replace(/^#\/?/, '');
     const [path, query] = raw.split('?');
     const parts = path.split('/').map(decodeURIComponent);
-    return { page: parts[0] || 'requests', arg: parts.slice(1).join('/'), params: new URLSearchParams(query || '') };
+    return { page: parts[0] || 'overview', arg: parts.slice(1).join('/'), params: new URLSearchParams(query || '') };
   }
   function href(page, arg, params) {
     let s = '#/' + page;
