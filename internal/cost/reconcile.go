@@ -3,8 +3,11 @@ package cost
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Reconciliation answers seed 001 §5.1, "日志里 Token 数和账单对不上怎么办":
@@ -178,7 +181,52 @@ type Line struct {
 	BillCacheWrite int64    `json:"bill_cache_write,omitempty"`
 	BillCost       *Money   `json:"bill_cost,omitempty"`
 	LedgerCost     *Money   `json:"ledger_cost,omitempty"`
-	Notes          []string `json:"notes,omitempty"`
+	// Notes say what to check, in English (the CLI's); NoteCodes are the
+	// same notes as codes with parameters, which the dashboard words in
+	// its language.
+	Notes     []string `json:"notes,omitempty"`
+	NoteCodes []Note   `json:"note_codes,omitempty"`
+}
+
+// Note is one note of a reconciliation line: a code and its parameters.
+type Note struct {
+	Code   string            `json:"code"`
+	Params map[string]string `json:"params,omitempty"`
+}
+
+// The note codes, with their English text ({name} is a parameter).
+var noteText = map[string]string{
+	"no_bill_line": "no bill line: check the model name (providers bill the served snapshot, e.g. gpt-4o-mini-2024-07-18), " +
+		"the key mapping, UTC day boundaries, and that the bill is final",
+	"no_ledger_line": "no ledger line: usage that did not pass through the gateway (the key used elsewhere?), " +
+		"or a model or key the ledger names differently",
+	"cut_streams_unbounded": "{streams} streams were cut before usage arrived and not all had max_tokens: some of the " +
+		"{output} unexplained output tokens may be theirs, but the ledger cannot bound how many",
+	"cost_left_out": "cost in {currency} left out of the sum: {error}",
+}
+
+// NoteCodes lists the codes a Note may have, for the dashboard's
+// catalogue test.
+func NoteCodes() []string { return slices.Sorted(maps.Keys(noteText)) }
+
+// Text is n in English.
+func (n Note) Text() string {
+	t := noteText[n.Code]
+	for k, v := range n.Params {
+		t = strings.ReplaceAll(t, "{"+k+"}", v)
+	}
+	return t
+}
+
+func note(code string, kv ...string) Note {
+	n := Note{Code: code}
+	if len(kv) > 0 {
+		n.Params = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			n.Params[kv[i]] = kv[i+1]
+		}
+	}
+	return n
 }
 
 // Report is the outcome of Reconcile.
@@ -202,7 +250,7 @@ type billAgg struct {
 	write    int64 // cache writes, when the bill has them
 	cost     *Money
 	noCached bool
-	notes    []string
+	notes    []Note
 }
 
 // Reconcile joins the bill and the ledger per day × model × key and
@@ -242,18 +290,24 @@ func Reconcile(bill []BillLine, ledger []LedgerLine, tol Tolerance) Report {
 		if l, ok := ledgers[k]; ok {
 			ln = reconcileLine(b, &l.LedgerLine, tol)
 			ln.LedgerCost = l.Cost
-			ln.Notes = append(ln.Notes, l.notes...)
+			ln.NoteCodes = append(ln.NoteCodes, l.notes...)
 		} else {
 			ln = billOnly(b, k.batch, tol)
 		}
 		ln.Day, ln.Model, ln.Key, ln.Batch = k.day, k.model, k.key, k.batch
 		ln.BillCost = b.cost
-		ln.Notes = append(b.notes, ln.Notes...)
+		ln.NoteCodes = append(slices.Clone(b.notes), ln.NoteCodes...)
 		rep.Lines = append(rep.Lines, ln)
 	}
 	for k, l := range ledgers {
 		if _, ok := bills[k]; !ok && !l.empty() {
 			rep.Lines = append(rep.Lines, ledgerOnly(k, l, tol))
+		}
+	}
+	for i := range rep.Lines {
+		ln := &rep.Lines[i]
+		for _, n := range ln.NoteCodes {
+			ln.Notes = append(ln.Notes, n.Text())
 		}
 	}
 	slices.SortFunc(rep.Lines, func(a, b Line) int {
@@ -302,7 +356,7 @@ func sumBills(bill []BillLine, byKey bool) map[lineKey]*billAgg {
 
 type ledgerAgg struct {
 	LedgerLine
-	notes []string
+	notes []Note
 }
 
 func sumLedger(ledger []LedgerLine, byKey bool) map[lineKey]*ledgerAgg {
@@ -355,13 +409,13 @@ func boolCmp(a, b bool) int {
 	return -1
 }
 
-func addCost(sum *Money, c Money, notes []string) (*Money, []string) {
+func addCost(sum *Money, c Money, notes []Note) (*Money, []Note) {
 	if sum == nil {
 		return &c, notes
 	}
 	s, err := sum.add(c)
 	if err != nil {
-		return sum, append(notes, fmt.Sprintf("cost in %s left out of the sum: %v", c.Currency, err))
+		return sum, append(notes, note("cost_left_out", "currency", c.Currency, "error", err.Error()))
 	}
 	return &s, notes
 }
@@ -377,13 +431,13 @@ func (l *ledgerAgg) empty() bool {
 }
 
 func ledgerOnly(k lineKey, l *ledgerAgg, tol Tolerance) Line {
-	ln := Line{Day: k.day, Model: k.model, Key: k.key, Side: SideLedgerOnly, LedgerCost: l.Cost, Notes: l.notes}
+	ln := Line{Day: k.day, Model: k.model, Key: k.key, Side: SideLedgerOnly, LedgerCost: l.Cost, NoteCodes: slices.Clone(l.notes)}
 	ln.Ledger = Counts{l.Requests, l.Input, l.Cached, l.Output}
 	ln.Diff = ln.Ledger.neg()
 	ln.Unexplained = ln.Diff
 	ln.RelDiff, ln.Severity = grade(ln, tol)
 	if ln.Severity > SeverityOK {
-		ln.Notes = append(ln.Notes, "no bill line: check the model name (providers bill the served snapshot, e.g. gpt-4o-mini-2024-07-18), the key mapping, UTC day boundaries, and that the bill is final")
+		ln.NoteCodes = append(ln.NoteCodes, note("no_bill_line"))
 	}
 	return ln
 }
@@ -397,7 +451,7 @@ func billOnly(b *billAgg, batch bool, tol Tolerance) Line {
 		ln.Explained = []Explanation{{CauseBatch, ln.Diff}}
 	} else {
 		ln.Unexplained = ln.Diff
-		ln.Notes = append(ln.Notes, "no ledger line: usage that did not pass through the gateway (the key used elsewhere?), or a model or key the ledger names differently")
+		ln.NoteCodes = append(ln.NoteCodes, note("no_ledger_line"))
 	}
 	ln.RelDiff, ln.Severity = grade(ln, tol)
 	return ln
@@ -427,9 +481,8 @@ func reconcileLine(b *billAgg, l *LedgerLine, tol Tolerance) Line {
 		}
 	}
 	if l.CutStreams > 0 && l.CutOutputLimit == 0 && ln.Unexplained.Output > 0 {
-		ln.Notes = append(ln.Notes, fmt.Sprintf(
-			"%d streams were cut before usage arrived and not all had max_tokens: some of the %d unexplained output tokens may be theirs, but the ledger cannot bound how many",
-			l.CutStreams, ln.Unexplained.Output))
+		ln.NoteCodes = append(ln.NoteCodes, note("cut_streams_unbounded",
+			"streams", strconv.FormatInt(l.CutStreams, 10), "output", strconv.FormatInt(ln.Unexplained.Output, 10)))
 	}
 	ln.RelDiff, ln.Severity = grade(ln, tol)
 	return ln

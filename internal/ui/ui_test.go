@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/cost"
 )
 
 var langs = []string{"en", "zh"}
@@ -175,5 +177,17 @@ func TestFooterVersion(t *testing.T) {
 	}
 	if strings.Contains(string(b), versionMark) {
 		t.Errorf("GET /ui/ still has the mark %s", versionMark)
+	}
+}
+
+// TestReconcileNotesWorded: every note a reconciliation line can carry
+// is worded by the page from the catalogues (the zh page showed the
+// server's English text).
+func TestReconcileNotesWorded(t *testing.T) {
+	used := usedKeys(t)
+	for _, code := range cost.NoteCodes() {
+		if !used["recon.note_"+code] {
+			t.Errorf("reconciliation note %q has no recon.note_%s in app.js", code, code)
+		}
 	}
 }

@@ -611,6 +611,18 @@
       default: return s;
     }
   }
+  // noteLabel words a reconciliation note from its code and parameters;
+  // a code this page does not know keeps the server's English text.
+  function noteLabel(n, text) {
+    const p = n.params || {};
+    switch (n.code) {
+      case 'no_bill_line': return t('recon.note_no_bill_line');
+      case 'no_ledger_line': return t('recon.note_no_ledger_line');
+      case 'cut_streams_unbounded': return t('recon.note_cut_streams_unbounded', { streams: fmtInt(Number(p.streams)), output: fmtInt(Number(p.output)) });
+      case 'cost_left_out': return t('recon.note_cost_left_out', { currency: p.currency || '', error: p.error || '' });
+    }
+    return text || n.code;
+  }
   function causeLabel(c) {
     switch (c) {
       case 'cached_convention': return t('recon.cause_cached_convention');
@@ -683,7 +695,7 @@
           h('td', { class: 'num', 'data-testid': 'recon-line-unexplained' }, signedInt(tokensOf(ln.unexplained))),
           h('td', {}, (ln.explained || []).map((e) => causeLabel(e.cause) + ' ' + signedInt(tokensOf(e.amount))).join(' · ') || dash),
           h('td', { class: 'num' }, (ln.bill_cost ? fmtMoney(Number(ln.bill_cost.amount), ln.bill_cost.currency) : dash) + ' / ' + (ln.ledger_cost ? fmtMoney(Number(ln.ledger_cost.amount), ln.ledger_cost.currency) : dash)),
-          h('td', { style: 'white-space:normal' }, (ln.notes || []).join(' ')))))))
+          h('td', { style: 'white-space:normal' }, ln.note_codes ? ln.note_codes.map((n, i) => noteLabel(n, (ln.notes || [])[i])).join(' ') : (ln.notes || []).join(' ')))))))
         : h('p', { class: 'placeholder' }, t('recon.no_lines'))));
   }
   async function pageCost(main, params) {
