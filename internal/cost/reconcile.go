@@ -178,9 +178,9 @@ type Line struct {
 	// BillCacheWrite is the bill's cache writes, when it has them: shown,
 	// and used to explain an input convention that leaves them out, but
 	// not compared (the rollups hold no daily sum of the ledger's).
-	BillCacheWrite int64    `json:"bill_cache_write,omitempty"`
-	BillCost       *Money   `json:"bill_cost,omitempty"`
-	LedgerCost     *Money   `json:"ledger_cost,omitempty"`
+	BillCacheWrite int64  `json:"bill_cache_write,omitempty"`
+	BillCost       *Money `json:"bill_cost,omitempty"`
+	LedgerCost     *Money `json:"ledger_cost,omitempty"`
 	// Notes say what to check, in English (the CLI's); NoteCodes are the
 	// same notes as codes with parameters, which the dashboard words in
 	// its language.
