@@ -43,7 +43,13 @@ type Alert struct {
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`
 	Baseline  float64 `json:"baseline,omitempty"`
-	Unit      string  `json:"unit,omitempty"` // "s", "tokens", "ratio", "USD/h", …
+	// BaselineFrom and BaselineTo are the period of a baseline rule's
+	// baseline; YoungBaseline says it is shorter than the rule's own, the
+	// history of a gateway started recently (docs/metrics.md).
+	BaselineFrom  time.Time `json:"baseline_from,omitzero"`
+	BaselineTo    time.Time `json:"baseline_to,omitzero"`
+	YoungBaseline bool      `json:"young_baseline,omitempty"`
+	Unit          string    `json:"unit,omitempty"` // "s", "tokens", "ratio", "USD/h", …
 	// StartsAt is when the rule first breached for this group; EndsAt is
 	// when it resolved (zero while pending or firing).
 	StartsAt time.Time `json:"starts_at"`

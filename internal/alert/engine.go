@@ -28,6 +28,20 @@ type Windows interface {
 	Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error)
 }
 
+// Historian is Windows that know how far back their history goes
+// (window.Aggregator, fleet.Windows): baseline rules then judge from a
+// young baseline while the full one is not there yet. Windows without it
+// judge from the full baseline only.
+type Historian interface {
+	Oldest() (time.Time, bool)
+}
+
+// YoungMin is the least history a young baseline rests on: a baseline
+// rule judges a gateway started less than its full baseline ago once its
+// shortest window (5 m) and this much before it are there — from 10
+// minutes of history on — and the rule's min_requests are in both.
+const YoungMin = 5 * time.Minute
+
 // Events is where the alert history goes (the store's event log).
 type Events interface {
 	Send(ev store.Event)
@@ -205,6 +219,10 @@ type breach struct {
 	labels                map[string]string
 	from, to              time.Time
 	shortFrom, shortUntil time.Time
+	// baseFrom, baseTo: the baseline's period; young when it is shorter
+	// than the rule's (a gateway with less history).
+	baseFrom, baseTo time.Time
+	young            bool
 }
 
 // Eval evaluates every rule at now and moves alerts through their
@@ -247,6 +265,7 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 		}
 		t.a.Severity, t.a.Value, t.a.Threshold, t.a.Baseline = b.sev, b.value, b.limit, b.base
 		t.a.From, t.a.To = b.shortFrom, b.shortUntil
+		t.a.BaselineFrom, t.a.BaselineTo, t.a.YoungBaseline = b.baseFrom, b.baseTo, b.young
 		t.a.Summary = summary(r, b)
 		t.a.Link = link(r, b)
 		switch {
@@ -340,14 +359,31 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 	// for the short window.
 	var base map[string]*window.Group
 	var bdur time.Duration
+	var bfrom, bto time.Time
+	windows := r.Windows
+	var young *youngPlan
 	if r.Baseline != nil {
+		young, windows = e.youngPlan(r, now)
+		if len(windows) == 0 {
+			return nil, nil // not yet YoungMin of history: the rule cannot judge
+		}
 		var err error
-		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity); err != nil {
+		if young != nil {
+			bfrom, bto = young.from, young.to
+			base, bdur, err = e.window(ctx, now, bfrom, bto, sel, r.By, sig.quantity)
+		} else {
+			base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity)
+			if b := r.Baseline; b.Previous > 0 {
+				bto = now.Add(-slices.Max(r.Windows))
+				bfrom = bto.Add(-b.Previous)
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("baseline: %w", err)
 		}
 	}
 	var verdict map[string]breach
-	for i, w := range r.Windows {
+	for i, w := range windows {
 		from := now.Add(-w)
 		cur, cdur, err := e.window(ctx, now, from, now, sel, r.By, sig.quantity)
 		if err != nil {
@@ -374,19 +410,36 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 			b := breach{value: v, labels: labels(g.Key, r.By), from: from, to: now, shortFrom: from, shortUntil: now}
 			levels := r.Threshold
 			if r.Baseline != nil {
-				bg := base[gk]
+				bg, gdur, gfrom, gto := base[gk], bdur, bfrom, bto
+				if young != nil {
+					// A group already breaching keeps the baseline it had
+					// when the breach began: a young baseline ends only
+					// minutes ago, and would otherwise take the incident in.
+					if pf, pt, ok := e.pinned(r, gk, young); ok {
+						pg, pd, err := e.window(ctx, now, pf, pt, sel, r.By, sig.quantity)
+						if err != nil {
+							return nil, fmt.Errorf("baseline: %w", err)
+						}
+						bg, gdur, gfrom, gto = pg[gk], pd, pf, pt
+					}
+				}
 				if bg == nil {
 					continue
 				}
-				bv, bn := sig.value(&bg.Stats, bdur, r.Currency)
+				bv, bn := sig.value(&bg.Stats, gdur, r.Currency)
 				if sig.sum {
-					bv *= cdur.Seconds() / bdur.Seconds() // a sum over as long as the window
+					bv *= cdur.Seconds() / gdur.Seconds() // a sum over as long as the window
 				}
 				if bn < r.MinRequests || math.IsNaN(bv) || bv <= 0 {
 					continue
 				}
-				b.base = bv
+				b.base, b.baseFrom, b.baseTo, b.young = bv, gfrom, gto, young != nil
 				levels = &Levels{Warning: bv * r.Baseline.Warning, Critical: bv * r.Baseline.Critical}
+				if young != nil && young.capped {
+					// The seeds escalate only when the long window breaches
+					// too; without the history for it, a warning at most.
+					levels.Critical = 0
+				}
 			}
 			b.sev, b.limit = judge(v, levels, r.Below)
 			if b.sev == "" {
@@ -407,6 +460,77 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 		verdict = next
 	}
 	return verdict, nil
+}
+
+// youngPlan is how a baseline rule judges a gateway younger than its
+// full baseline: from the history there is.
+type youngPlan struct {
+	oldest   time.Time
+	from, to time.Time
+	// wmax and wmin are the longest and shortest windows judged; capped
+	// when the rule's longest window did not fit (no escalation).
+	wmax, wmin time.Duration
+	capped     bool
+}
+
+// youngPlan returns nil and the rule's windows when the history reaches
+// back over the rule's full baseline (or its windows cannot tell; or the
+// rule compares with the same hour of earlier days, which no young
+// history has). Else it plans a young baseline: the windows that leave
+// at least YoungMin of history before them, and as baseline the history
+// before the longest of those, up to the rule's Previous long. No window
+// fits: none is returned, and the rule does not judge yet.
+func (e *Engine) youngPlan(r Rule, now time.Time) (*youngPlan, []time.Duration) {
+	h, ok := e.w.(Historian)
+	b := r.Baseline
+	if !ok || b.Previous <= 0 {
+		return nil, r.Windows
+	}
+	oldest, ok := h.Oldest()
+	longest := slices.Max(r.Windows)
+	// History as old as memory goes may go further back in the store.
+	if !ok || !oldest.After(now.Add(-longest-b.Previous)) || !oldest.After(now.Add(-e.memory+time.Minute)) {
+		return nil, r.Windows
+	}
+	var fit []time.Duration
+	for _, w := range r.Windows {
+		if !window.Minute(now.Add(-w)).Before(oldest.Add(YoungMin)) {
+			fit = append(fit, w)
+		}
+	}
+	if len(fit) == 0 {
+		return nil, nil
+	}
+	p := &youngPlan{oldest: oldest, wmax: slices.Max(fit), wmin: slices.Min(fit), capped: len(fit) < len(r.Windows) && len(r.Windows) > 1}
+	p.to = now.Add(-p.wmax)
+	p.from = p.to.Add(-b.Previous)
+	if p.from.Before(oldest) {
+		p.from = oldest
+	}
+	return p, fit
+}
+
+// pinned is the young baseline of a group whose alert is pending or
+// firing: the history before the breach began, not before now.
+func (e *Engine) pinned(r Rule, gk string, p *youngPlan) (from, to time.Time, ok bool) {
+	e.mu.Lock()
+	t := e.active[fingerprint(r.Name, gk)]
+	e.mu.Unlock()
+	if t == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	to = t.a.StartsAt.Add(-p.wmin)
+	if !to.Before(p.to) {
+		return time.Time{}, time.Time{}, false
+	}
+	from = to.Add(-r.Baseline.Previous)
+	if from.Before(p.oldest) {
+		from = p.oldest
+	}
+	if window.Minute(to).Sub(window.Minute(from)) < YoungMin {
+		to = from.Add(YoungMin) // the least history it judged from
+	}
+	return from, to, true
 }
 
 // warningLimit is the warning level of a breach that was judged critical
@@ -554,6 +678,10 @@ func summary(r Rule, b breach) string {
 	s := strings.ReplaceAll(r.Summary, "{{group}}", g)
 	if s == "" {
 		s = fmt.Sprintf("%s of %s breached", r.Signal, g)
+	}
+	if b.base > 0 && b.young {
+		return fmt.Sprintf("%s (%s %.4g vs young baseline %.4g of the %.0f min since %s, ×%.1f)", s, r.Signal, b.value, b.base,
+			b.baseTo.Sub(b.baseFrom).Minutes(), b.baseFrom.UTC().Format("15:04"), b.value/b.base)
 	}
 	if b.base > 0 {
 		return fmt.Sprintf("%s (%s %.4g vs baseline %.4g, ×%.1f)", s, r.Signal, b.value, b.base, b.value/b.base)

@@ -58,6 +58,7 @@ type Aggregator struct {
 	flushed map[int64]bool           // minutes persisted (or loaded from the store)
 	from    int64                    // Unix s: Config.From, or the first Load or Flush
 	hourly  map[int64]bool           // hours persisted merged
+	first   int64                    // Unix s: the oldest minute ever held, 0 before any
 
 	stored *Reader // closed hours read back from the store, kept
 }
@@ -134,6 +135,7 @@ func (a *Aggregator) Add(r *record.Record) {
 			m += 60
 		}
 	}
+	a.seen(m)
 	series := a.minutes[m]
 	if series == nil {
 		series = map[Key]*Stats{}
@@ -169,6 +171,7 @@ func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
 			continue
 		}
 		m := r.Minute.Unix()
+		a.seen(m)
 		series := a.minutes[m]
 		if series == nil {
 			series = map[Key]*Stats{}
@@ -358,6 +361,42 @@ func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string, q Qua
 	}
 	return out
 }
+
+// Oldest is the first minute with any request the aggregator has held
+// (loaded from the store or seen since start; it stays when the minute
+// is forgotten), and false before any: how much history young baselines
+// can use (internal/alert).
+func (a *Aggregator) Oldest() (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.first == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(a.first, 0).UTC(), true
+}
+
+func (a *Aggregator) seen(m int64) {
+	if a.first == 0 || m < a.first {
+		a.first = m
+	}
+}
+
+// oldest is the smallest minute of ms with a series.
+func oldest[V any](ms map[int64]V) (time.Time, bool) {
+	first, ok := int64(0), false
+	for m := range ms {
+		if !ok || m < first {
+			first, ok = m, true
+		}
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(first, 0).UTC(), true
+}
+
+// OldestOf is Oldest for a map of minutes held elsewhere (internal/fleet).
+func OldestOf[V any](ms map[int64]V) (time.Time, bool) { return oldest(ms) }
 
 // Group is one group of a window.
 type Group struct {
