@@ -37,6 +37,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
 	"github.com/tollgate-dev/tollgate/internal/ui"
 	"github.com/tollgate-dev/tollgate/internal/web"
+	"github.com/tollgate-dev/tollgate/internal/why"
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
@@ -537,7 +538,9 @@ func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Conf
 			log.Warn("quotas are shared in Redis but replicas.redis.url is not set: if several replicas run, each evaluates alerts over its own traffic and each notifies")
 		}
 	}
-	a.engine = alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg})
+	// Each latency or tokens alert says what changed, read from the ledger.
+	a.engine = alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg,
+		Explain: why.Explainer(st, 10*time.Second)})
 	stage.Go("windows", win.Run)
 	// Closed local days of the windows merged, for percentiles over weeks.
 	compactor := window.NewCompactor(st, cfg.Location(), log.With("component", "window"))

@@ -52,12 +52,14 @@ const EventKind = "alert"
 
 // Engine evaluates rules and keeps the alerts' lifecycle.
 type Engine struct {
-	rules  []Rule
-	w      Windows
-	notify Notifier // may be nil
-	events Events   // may be nil
-	log    *slog.Logger
-	repeat time.Duration
+	rules   []Rule
+	w       Windows
+	notify  Notifier // may be nil
+	events  Events   // may be nil
+	explain ExplainFunc
+	runaway Runaway
+	log     *slog.Logger
+	repeat  time.Duration
 	// memory is how far back Window holds minutes; older parts of a
 	// window are read as whole hours through Hour.
 	memory time.Duration
@@ -88,14 +90,17 @@ type Options struct {
 	// Memory is how much history Windows.Window holds (the aggregator's
 	// Keep; default 2 h).
 	Memory time.Duration
+	// Explain, if set, says what changed behind each latency or tokens
+	// alert when it fires (or grows severer): the text joins its summary.
+	Explain ExplainFunc
 }
 
 // NewEngine returns an engine for the effective rules of cfg, which must
 // have been validated.
 func NewEngine(cfg Config, w Windows, o Options) *Engine {
 	e := &Engine{
-		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log,
-		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{},
+		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log, explain: o.Explain,
+		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{}, runaway: cfg.Runaway.withDefaults(),
 		firing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tollgate_alerts", Help: "Alerts now pending or firing, by rule, severity and state.",
 		}, []string{"rule", "severity", "state"}),
@@ -252,6 +257,14 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 			ruleOf[fp] = r
 		}
 	}
+	if sp, ok := e.w.(Spender); ok && !e.runaway.Disabled {
+		rr := e.runawayRule()
+		for gk, b := range e.evalRunaway(sp, now) {
+			fp := fingerprint(rr.Name, gk)
+			seen[fp] = b
+			ruleOf[fp] = rr
+		}
+	}
 	var out []Alert
 	e.mu.Lock()
 	// Breaching groups: new ones pend, pending ones fire after For,
@@ -260,13 +273,16 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 		r := ruleOf[fp]
 		t := e.active[fp]
 		if t == nil {
-			t = &tracked{a: Alert{Rule: r.Name, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
+			t = &tracked{a: Alert{Rule: r.Name, Signal: r.Signal, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
 			e.active[fp] = t
 		}
 		t.a.Severity, t.a.Value, t.a.Threshold, t.a.Baseline = b.sev, b.value, b.limit, b.base
 		t.a.From, t.a.To = b.shortFrom, b.shortUntil
 		t.a.BaselineFrom, t.a.BaselineTo, t.a.YoungBaseline = b.baseFrom, b.baseTo, b.young
 		t.a.Summary = summary(r, b)
+		if t.a.Why != "" {
+			t.a.Summary += " What changed: " + t.a.Why
+		}
 		t.a.Link = link(r, b)
 		switch {
 		case t.a.State == Pending && now.Sub(t.a.StartsAt) >= r.For:
@@ -299,8 +315,36 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	}
 	e.mu.Unlock()
 
+	e.explainAll(ctx, out, ruleOf)
 	e.emit(ctx, now, out)
 	return out
+}
+
+// explainAll adds what changed to the latency and tokens alerts that
+// fired or escalated, outside the lock (it reads the ledger), and keeps
+// it on the tracked alert until the next explanation.
+func (e *Engine) explainAll(ctx context.Context, out []Alert, ruleOf map[string]Rule) {
+	if e.explain == nil {
+		return
+	}
+	for i := range out {
+		a := &out[i]
+		r, ok := ruleOf[a.Fingerprint]
+		if !ok || a.State != Firing || !Explains(r.Signal) {
+			continue
+		}
+		why := e.explain(ctx, *a)
+		if why == "" {
+			continue
+		}
+		a.Why = why
+		a.Summary += " What changed: " + why
+		e.mu.Lock()
+		if t := e.active[a.Fingerprint]; t != nil {
+			t.a.Why, t.a.Summary = a.Why, a.Summary
+		}
+		e.mu.Unlock()
+	}
 }
 
 // Raise fires an alert that no rule computes — a quota nearly used up, a
@@ -460,6 +504,61 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 		verdict = next
 	}
 	return verdict, nil
+}
+
+// Spender is Windows that tally each API key's tokens
+// (window.Aggregator): the runaway-spend rule reads them.
+type Spender interface {
+	Spend(from, to time.Time) map[string]window.KeyUsage
+}
+
+func (e *Engine) runawayRule() Rule {
+	return Rule{Name: RunawayRule, Signal: "tokens", For: time.Minute,
+		Summary: "{{group}} is spending tokens far above its usual rate: a loop without an exit condition? Check the caller, or stop the key before its daily quota."}
+}
+
+// evalRunaway judges each key's tokens in the last window against its
+// own usual rate (its tokens per window over Usual before), or against
+// the ceiling when it has less than YoungMin of history.
+func (e *Engine) evalRunaway(sp Spender, now time.Time) map[string]breach {
+	r := e.runaway
+	from := now.Add(-r.Window)
+	cur := sp.Spend(from, now)
+	base := sp.Spend(from.Add(-r.Usual), from)
+	out := map[string]breach{}
+	for id, u := range cur {
+		if id == window.OtherKey {
+			continue
+		}
+		labels := map[string]string{"key": id}
+		if u.User != "" {
+			labels["user"] = u.User
+		}
+		b := breach{value: float64(u.Tokens), labels: labels, from: from, to: now, shortFrom: from, shortUntil: now}
+		bu, ok := base[id]
+		bfrom := from.Add(-r.Usual)
+		if bu.First.After(bfrom) {
+			bfrom = bu.First
+		}
+		if !ok || from.Sub(bfrom) < YoungMin || bu.Tokens == 0 {
+			// No history of its own: only the ceiling.
+			if u.Tokens > r.Ceiling {
+				b.sev, b.limit = Warning, float64(r.Ceiling)
+				out[labelString(labels)] = b
+			}
+			continue
+		}
+		if u.Tokens < r.MinTokens {
+			continue
+		}
+		usual := float64(bu.Tokens) * r.Window.Seconds() / from.Sub(bfrom).Seconds()
+		b.base, b.baseFrom, b.baseTo, b.young = usual, bfrom, from, from.Sub(bfrom) < r.Usual
+		b.sev, b.limit = judge(b.value, &Levels{Warning: usual * r.Warning, Critical: usual * r.Critical}, false)
+		if b.sev != "" {
+			out[labelString(labels)] = b
+		}
+	}
+	return out
 }
 
 // youngPlan is how a baseline rule judges a gateway younger than its
@@ -694,7 +793,7 @@ func link(r Rule, b breach) string {
 	q := url.Values{}
 	for l, v := range b.labels {
 		switch l {
-		case "model", "biz_line", "template":
+		case "model", "biz_line", "template", "user":
 			q.Set(l, v)
 		}
 	}

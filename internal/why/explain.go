@@ -62,6 +62,20 @@ type Report struct {
 	// them from its catalogues) and in English.
 	Messages []Message `json:"messages"`
 	Link     string    `json:"link,omitempty"`
+	// Truncated: a period had more requests than Limit; its newest were read.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Text is the report's messages as one paragraph.
+func (r *Report) Text() string {
+	var b strings.Builder
+	for i, m := range r.Messages {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(m.Text)
+	}
+	return b.String()
 }
 
 // Message is one sentence: a catalogue code, its parameters, the English
@@ -155,11 +169,27 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 			}
 		}
 		slices.SortStableFunc(rep.Slices, func(a, b Contribution) int { return cmp.Compare(b.Share, a.Share) })
+		// The slice that explains it: the largest qualifying one — but
+		// an input-length bucket only when no actor (a template, key,
+		// business line…) explains nearly as much: longer inputs are how
+		// a prompt's growth shows, not who made it.
+		var input *Contribution
 		for i := range rep.Slices {
-			if c := rep.Slices[i]; c.Share >= 0.4 && c.Share >= 1.5*c.WeightBefore {
-				rep.Explained = &rep.Slices[i]
-				break
+			c := &rep.Slices[i]
+			if c.Share < 0.4 || c.Share < 1.5*c.WeightBefore {
+				continue
 			}
+			if c.Dim == DimInput {
+				input = c
+				continue
+			}
+			if input == nil || c.Share >= 0.8*input.Share {
+				rep.Explained = c
+			}
+			break
+		}
+		if rep.Explained == nil {
+			rep.Explained = input
 		}
 		if e := rep.Explained; e != nil {
 			code, text := "why.slice_rate", "{dim} {value} explains {share} of it: its requests got larger ({before} → {after} per request)."
@@ -175,6 +205,10 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 				"dim", e.Dim, "value", orNone(e.Value), "share", pct(e.Share), "threshold", measure(f, tau),
 				"before", before, "after", after,
 				"n_before", fmt.Sprint(e.RequestsBefore), "n_after", fmt.Sprint(e.RequestsNow)))
+			if input != nil && input != e {
+				rep.Messages = append(rep.Messages, msg("why.input", "Requests moved to {value} input tokens ({share} of the change).", input.Link,
+					"value", input.Value, "share", pct(input.Share)))
+			}
 		} else {
 			rep.Messages = append(rep.Messages, msg("why.spread",
 				"No single slice explains it: it is spread over the traffic (the largest, {dim} {value}, {share}).", rep.Link,

@@ -25,7 +25,7 @@ import (
 
 // Dims are the dimensions a change is decomposed along, in the order a
 // tie is broken.
-var Dims = []string{DimTemplate, DimBizLine, DimModel, DimServedModel, DimUpstream, DimUser, DimKey, DimEndUser, DimInput}
+var Dims = []string{DimTemplate, DimKey, DimUser, DimBizLine, DimModel, DimServedModel, DimUpstream, DimEndUser, DimInput}
 
 // The dimensions.
 const (
