@@ -204,7 +204,17 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 			rep.Messages = append(rep.Messages, msg(code, text, e.Link,
 				"dim", e.Dim, "value", orNone(e.Value), "share", pct(e.Share), "threshold", measure(f, tau),
 				"before", before, "after", after,
-				"n_before", fmt.Sprint(e.RequestsBefore), "n_after", fmt.Sprint(e.RequestsNow)))
+				"n_before", num(float64(e.RequestsBefore)), "n_after", num(float64(e.RequestsNow))))
+			var also []string
+			for i := range rep.Slices {
+				c := &rep.Slices[i]
+				if c != e && c.Dim != DimInput && c.Share >= 0.8*e.Share && c.Share >= 1.5*c.WeightBefore && len(also) < 3 {
+					also = append(also, fmt.Sprintf("%s %s (%s)", c.Dim, orNone(c.Value), pct(c.Share)))
+				}
+			}
+			if len(also) > 0 {
+				rep.Messages = append(rep.Messages, msg("why.also", "So does {slices}.", "", "slices", strings.Join(also, ", ")))
+			}
 			if input != nil && input != e {
 				rep.Messages = append(rep.Messages, msg("why.input", "Requests moved to {value} input tokens ({share} of the change).", input.Link,
 					"value", input.Value, "share", pct(input.Share)))
@@ -313,7 +323,23 @@ func measure(f Figure, v float64) string {
 	case f.Unit == "s":
 		return dur(v)
 	}
-	return fmt.Sprintf("%.0f %s", v, f.Unit)
+	return num(v) + " " + f.Unit
+}
+
+// num writes v rounded, with thousands separators (3,006).
+func num(v float64) string {
+	s := fmt.Sprintf("%.0f", math.Abs(v))
+	var b strings.Builder
+	if v < 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func pct(v float64) string { return fmt.Sprintf("%.0f %%", 100*v) }
