@@ -188,6 +188,9 @@ var migrations = []string{
 	`ALTER TABLE requests ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
 	ALTER TABLE requests ADD COLUMN native_finish_reason TEXT NOT NULL DEFAULT '';
 	CREATE INDEX requests_end_user ON requests (end_user, arrival) WHERE end_user != '';`,
+	// 18 (renumbered at merge): the system prompt's own fingerprint and
+	// token length, for "what changed" and the prompt-change events.
+	addColumns("system_sha256", "system_tokens"),
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
