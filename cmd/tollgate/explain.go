@@ -137,3 +137,41 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	return nil
 }
+
+// runEvents lists the event history: alerts, quotas, system-prompt
+// changes.
+func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("events", "events [--db PATH | --config FILE] [--since 24h] [--kind alert|prompt|…] [--limit N] [--json]", stderr)
+	lf := addLedgerFlags(fs, "SQLite ledger `path`")
+	since := fs.Duration("since", 24*time.Hour, "events of this last `duration`")
+	kind := fs.String("kind", "", "only events of this `kind` (alert, prompt, quota_warning, …)")
+	limit := fs.Int("limit", 100, "at most this many, newest first")
+	asJSON := fs.Bool("json", false, "one JSON object a line")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 10000 {
+		fmt.Fprintln(stderr, "tollgate events: --limit must be 1–10000")
+		return errUsage
+	}
+	st, err := lf.open(ctx, nil, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	evs, err := st.Events(ctx, time.Now().Add(-*since), *kind, *limit)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, ev := range evs {
+		if *asJSON {
+			if err := enc.Encode(map[string]any{"at": ev.At.UTC(), "kind": ev.Kind, "subject": ev.Subject, "message": ev.Message}); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%s  %-8s %-28s %s\n", ev.At.UTC().Format("2006-01-02 15:04:05"), ev.Kind, ev.Subject, ev.Message)
+	}
+	return nil
+}

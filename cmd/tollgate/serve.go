@@ -322,7 +322,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	}
 	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
 	gwMetrics := metrics.New(reg, labels)
-	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
+	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, events, log)
 	if err != nil {
 		return err
 	}
@@ -590,10 +590,12 @@ func startJobs(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, pri
 }
 
 // recordObservers are the Record's observers after the ledger, in flow
-// order: the Prometheus metrics, the alerting windows, then trace export.
+// order: the Prometheus metrics, the alerting windows, the system-prompt
+// watch (its changes are events), then trace export.
 // The trace exporter flushes when stage stops.
-func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, m *metrics.Metrics, win *window.Aggregator, log *slog.Logger) ([]gateway.Observer, error) {
-	observers := []gateway.Observer{{Name: "metrics", Observe: m.Observe}, {Name: "windows", Observe: win.Observe}}
+func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, m *metrics.Metrics, win *window.Aggregator, events why.Events, log *slog.Logger) ([]gateway.Observer, error) {
+	observers := []gateway.Observer{{Name: "metrics", Observe: m.Observe}, {Name: "windows", Observe: win.Observe},
+		{Name: "prompt_changes", Observe: why.NewWatch(events).Observe}}
 	te := cfg.TraceExport
 	if te.Endpoint == "" {
 		return observers, nil

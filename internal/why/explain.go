@@ -225,6 +225,17 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 				"dim", firstOr(rep.Slices, func(c Contribution) string { return c.Dim }), "value", firstOr(rep.Slices, func(c Contribution) string { return orNone(c.Value) }),
 				"share", pct(firstOr(rep.Slices, func(c Contribution) float64 { return c.Share }))))
 		}
+		rep.Changes = PromptChanges(base, cur)
+		for i, c := range rep.Changes {
+			if i == 3 {
+				break
+			}
+			rep.Messages = append(rep.Messages, msg("why.prompt",
+				"template {template}: system prompt changed at {at} ({tokens_before} → {tokens_after} tokens, fingerprint {fp_before}… → {fp_after}…), sent by key {key}.",
+				requestsLink(cur, o.Where, DimTemplate, c.Template, f, tau),
+				"template", orNone(c.Template), "at", c.At.UTC().Format("15:04"), "tokens_before", num(float64(c.TokensBefore)), "tokens_after", num(float64(c.TokensAfter)),
+				"fp_before", short(c.FingerprintBefore), "fp_after", short(c.FingerprintAfter), "key", orNone(cmp.Or(c.User, c.Key))))
+		}
 		rep.Since = since(f, cur, rep.Explained, tau, rep.MeasureBefore, rep.MeasureNow, base)
 		if !rep.Since.IsZero() {
 			rep.Messages = append(rep.Messages, msg("why.since", "Since {at} UTC.", "", "at", rep.Since.UTC().Format("15:04")))

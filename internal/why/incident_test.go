@@ -2,6 +2,8 @@ package why_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -111,6 +113,8 @@ func (w *world) request(at time.Time, c caller, tmpl string, wait float64) *reco
 		Endpoint: "chat", Arrival: at, Stream: rng.IntN(5) != 0, Status: 200, UpstreamStatus: 200, FinishReason: "stop",
 		Usage:        record.Usage{InputTokens: input, OutputTokens: output, Source: record.SourceEngine},
 		EngineTiming: &record.EngineTiming{Signal: "vllm-span", Queue: queue, Prefill: prefill, Decode: decode}}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s prompt of %d tokens", tmpl, w.system[tmpl]))
+	r.SystemSHA256, r.SystemTokens = hex.EncodeToString(sum[:]), w.system[tmpl]
 	if rng.Float64() < 0.015 {
 		r.Status, r.UpstreamStatus, r.ErrorType = 502, 502, "upstream_error"
 	} else if rng.Float64() < 0.03 {
@@ -126,6 +130,8 @@ func (w *world) request(at time.Time, c caller, tmpl string, wait float64) *reco
 // gateway is a fresh tollgate's alerting: a new SQLite ledger, windows
 // and the built-in rules explained from the ledger.
 type gateway struct {
+	events events
+	watch  *why.Watch
 	st     *sqlite.Store
 	agg    *window.Aggregator
 	e      *alert.Engine
@@ -145,9 +151,16 @@ func newGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	agg := window.New(window.Config{}, st, nil, nil)
-	return &gateway{st: st, agg: agg, firing: map[string]bool{},
+	g := &gateway{st: st, agg: agg, firing: map[string]bool{},
 		e: alert.NewEngine(cfg, agg, alert.Options{Explain: why.Explainer(st, 10*time.Second)})}
+	g.watch = why.NewWatch(&g.events)
+	return g
 }
+
+// events keeps what the prompt watch sends.
+type events []store.Event
+
+func (e *events) Send(ev store.Event) { *e = append(*e, ev) }
 
 // run replays minute m's requests and evaluates at its half and its end.
 func (g *gateway) run(t *testing.T, m int, recs []*record.Record) []alert.Alert {
@@ -158,6 +171,7 @@ func (g *gateway) run(t *testing.T, m int, recs []*record.Record) []alert.Alert 
 	}
 	for _, r := range recs {
 		g.agg.Add(r)
+		g.watch.Observe(r)
 	}
 	var out []alert.Alert
 	start := t0.Add(time.Duration(m) * time.Minute)
@@ -176,7 +190,7 @@ func (g *gateway) run(t *testing.T, m int, recs []*record.Record) []alert.Alert 
 // replay runs 10 minutes of steady traffic, then the incident from
 // minute 10, and returns the first alert (after the onset) that cond
 // accepts, and when it fired after the onset.
-func replay(t *testing.T, w *world, incident func(w *world), cond func(a alert.Alert) bool) (alert.Alert, time.Duration) {
+func replay(t *testing.T, w *world, incident func(w *world), cond func(a alert.Alert) bool) (alert.Alert, time.Duration, *gateway) {
 	t.Helper()
 	g := newGateway(t)
 	for m := range 10 {
@@ -189,7 +203,7 @@ func replay(t *testing.T, w *world, incident func(w *world), cond func(a alert.A
 	for m := 10; m < 20; m++ {
 		for _, a := range g.run(t, m, w.minute(m)) {
 			if cond(a) {
-				return a, a.To.Sub(onset)
+				return a, a.To.Sub(onset), g
 			}
 		}
 	}
@@ -198,23 +212,37 @@ func replay(t *testing.T, w *world, incident func(w *world), cond func(a alert.A
 		seen = append(seen, a.Rule+": "+a.Summary)
 	}
 	t.Fatalf("no alert naming the cause within 10 minutes of the onset; fired:\n%s", strings.Join(seen, "\n"))
-	return alert.Alert{}, 0
+	return alert.Alert{}, 0, nil
 }
 
 // (a) One template's system prompt grows from 200 to 3,000 tokens.
 func TestIncidentPromptGrowth(t *testing.T) {
-	a, d := replay(t, newWorld(1), func(w *world) { w.system["chat-a"] = 3000 }, func(a alert.Alert) bool {
+	a, d, g := replay(t, newWorld(1), func(w *world) { w.system["chat-a"] = 3000 }, func(a alert.Alert) bool {
 		return strings.Contains(a.Why, "prefill") && strings.Contains(a.Why, "template chat-a")
 	})
 	t.Logf("detected %v after the onset by %s (%s): %s", d, a.Rule, a.Severity, a.Summary)
 	if d > 5*time.Minute {
 		t.Errorf("detected %v after the onset, want within 5 m", d)
 	}
+	if !strings.Contains(a.Why, "template chat-a: system prompt changed at 14:10 (200 → 3,000 tokens, fingerprint") {
+		t.Errorf("what changed does not show the fingerprint change: %s", a.Why)
+	}
+	var prompt []store.Event
+	for _, ev := range g.events {
+		if ev.Kind == why.EventKind {
+			prompt = append(prompt, ev)
+		}
+	}
+	if len(prompt) != 1 || prompt[0].Subject != "template chat-a" || !strings.Contains(prompt[0].Message, "200 → 3,000 tokens") {
+		t.Errorf("prompt-change events %+v, want one for chat-a", prompt)
+	} else {
+		t.Logf("event: %s: %s", prompt[0].Subject, prompt[0].Message)
+	}
 }
 
 // (b) A concurrency surge past the engine's capacity.
 func TestIncidentQueueSurge(t *testing.T) {
-	a, d := replay(t, newWorld(2), func(w *world) { w.rate = 9 }, func(a alert.Alert) bool {
+	a, d, _ := replay(t, newWorld(2), func(w *world) { w.rate = 9 }, func(a alert.Alert) bool {
 		return strings.Contains(a.Why, "engine_queue carries") && strings.Contains(a.Why, "scale out")
 	})
 	t.Logf("detected %v after the onset by %s (%s): %s", d, a.Rule, a.Severity, a.Summary)
@@ -227,7 +255,7 @@ func TestIncidentQueueSurge(t *testing.T) {
 func TestIncidentRunawayKey(t *testing.T) {
 	w := newWorld(3)
 	w.capacity = 1000 // the engine keeps up: this is about spend, not latency
-	a, d := replay(t, w, func(w *world) { w.runaway, w.runawayRate = "k-batch", 49 }, func(a alert.Alert) bool {
+	a, d, _ := replay(t, w, func(w *world) { w.runaway, w.runawayRate = "k-batch", 49 }, func(a alert.Alert) bool {
 		return a.Rule == alert.RunawayRule && a.Labels["key"] == "k-batch"
 	})
 	t.Logf("detected %v after the onset by %s (%s): %s", d, a.Rule, a.Severity, a.Summary)
@@ -247,6 +275,9 @@ func TestSteadyTrafficNoAlert(t *testing.T) {
 		if out := g.run(t, m, w.minute(m)); len(out) > 0 {
 			t.Fatalf("minute %d of steady traffic: %s fired: %s", m, out[0].Rule, out[0].Summary)
 		}
+	}
+	if len(g.events) > 0 {
+		t.Errorf("events from steady traffic: %+v", g.events)
 	}
 	if act := g.e.Active(); len(act) > 0 {
 		t.Errorf("pending after 30 steady minutes: %s %s", act[0].Rule, act[0].Summary)
