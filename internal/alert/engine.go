@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,10 +37,11 @@ type Historian interface {
 	Oldest() (time.Time, bool)
 }
 
-// YoungMin is the least history a young baseline rests on: a baseline
-// rule judges a gateway started less than its full baseline ago once its
-// shortest window (5 m) and this much before it are there — from 10
-// minutes of history on — and the rule's min_requests are in both.
+// YoungMin is the least history a young baseline rests on by default
+// (Config.YoungMin): a baseline rule judges a gateway started less than
+// its full baseline ago once its shortest window (5 m) and this much
+// before it are there — from 10 minutes of history on — and the rule's
+// min_requests are in both.
 const YoungMin = 5 * time.Minute
 
 // Events is where the alert history goes (the store's event log).
@@ -58,6 +60,7 @@ type Engine struct {
 	events  Events   // may be nil
 	explain ExplainFunc
 	runaway Runaway
+	young   time.Duration // Config.YoungMin
 	log     *slog.Logger
 	repeat  time.Duration
 	// memory is how far back Window holds minutes; older parts of a
@@ -100,7 +103,7 @@ type Options struct {
 func NewEngine(cfg Config, w Windows, o Options) *Engine {
 	e := &Engine{
 		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log, explain: o.Explain,
-		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{}, runaway: cfg.Runaway.withDefaults(),
+		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{}, runaway: cfg.Runaway.withDefaults(), young: cmp.Or(cfg.YoungMin, YoungMin),
 		firing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tollgate_alerts", Help: "Alerts now pending or firing, by rule, severity and state.",
 		}, []string{"rule", "severity", "state"}),
@@ -540,7 +543,7 @@ func (e *Engine) evalRunaway(sp Spender, now time.Time) map[string]breach {
 		if bu.First.After(bfrom) {
 			bfrom = bu.First
 		}
-		if !ok || from.Sub(bfrom) < YoungMin || bu.Tokens == 0 {
+		if !ok || from.Sub(bfrom) < e.young || bu.Tokens == 0 {
 			// No history of its own: only the ceiling.
 			if u.Tokens > r.Ceiling {
 				b.sev, b.limit = Warning, float64(r.Ceiling)
@@ -593,7 +596,7 @@ func (e *Engine) youngPlan(r Rule, now time.Time) (*youngPlan, []time.Duration) 
 	}
 	var fit []time.Duration
 	for _, w := range r.Windows {
-		if !window.Minute(now.Add(-w)).Before(oldest.Add(YoungMin)) {
+		if !window.Minute(now.Add(-w)).Before(oldest.Add(e.young)) {
 			fit = append(fit, w)
 		}
 	}
@@ -626,8 +629,8 @@ func (e *Engine) pinned(r Rule, gk string, p *youngPlan) (from, to time.Time, ok
 	if from.Before(p.oldest) {
 		from = p.oldest
 	}
-	if window.Minute(to).Sub(window.Minute(from)) < YoungMin {
-		to = from.Add(YoungMin) // the least history it judged from
+	if window.Minute(to).Sub(window.Minute(from)) < e.young {
+		to = from.Add(e.young) // the least history it judged from
 	}
 	return from, to, true
 }

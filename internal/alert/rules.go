@@ -28,6 +28,10 @@ type Config struct {
 	Repeat time.Duration `yaml:"repeat"`
 	// Runaway is the runaway-spend rule (on unless disabled).
 	Runaway Runaway `yaml:"runaway"`
+	// YoungMin is the least history before a baseline rule's shortest
+	// window that a young baseline rests on (default 5m: baseline rules
+	// judge from 10 minutes of history on). See docs/metrics.md.
+	YoungMin time.Duration `yaml:"young_min"`
 }
 
 // Runaway is the rule on each API key's tokens per window against its
@@ -230,6 +234,9 @@ func (c *Config) Validate(path string) error {
 	}
 	if c.Interval < 0 {
 		bad(path+".interval", "must not be negative")
+	}
+	if c.YoungMin < 0 || c.YoungMin%time.Minute != 0 {
+		bad(path+".young_min", "%v: want whole minutes", c.YoungMin)
 	}
 	if err := c.Runaway.validate(path + ".runaway"); err != nil {
 		errs = append(errs, err)
