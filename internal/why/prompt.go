@@ -42,6 +42,10 @@ func short(fp string) string { return fp[:min(4, len(fp))] }
 // new system prompt must have to count as a change (not one odd request).
 const minPromptShare = 0.2
 
+// minPromptBase is the least requests of a template in the baseline for
+// its system prompt to be known.
+const minPromptBase = 10
+
 // PromptChanges finds the templates whose usual system prompt in base
 // (their most frequent fingerprint) gave way in cur to one base never
 // had, sent by at least minPromptShare of the template's requests.
@@ -88,8 +92,12 @@ func PromptChanges(base, cur Period) []PromptChange {
 	var out []PromptChange
 	for tmpl, fps := range now {
 		old := before[tmpl]
-		if len(old) == 0 {
-			continue // a template new in the period: nothing changed
+		n0 := 0
+		for _, f := range old {
+			n0 += f.n
+		}
+		if n0 < minPromptBase {
+			continue // a template new (or rare) in the baseline: nothing to change from
 		}
 		usual := ""
 		for h, f := range old {
@@ -128,10 +136,13 @@ type Events interface {
 }
 
 // Watch turns the Records into prompt-change events as they finish: a
-// template whose system prompt had one fingerprint for at least Settle
-// requests and then comes with a new one (not among its last few) is an
-// event. It is a Record observer: cheap, never blocking (Events.Send
-// drops when full).
+// template that has settled — Settle requests with at most maxKnown
+// system prompts among them — and then comes with a system prompt it
+// never had is an event. A template whose prompts vary by request (a
+// user's name in them) has more than maxKnown before it settles and
+// raises none; one alternating between a few (chat and Messages sending
+// different ones) knows them all. It is a Record observer: cheap, never
+// blocking (Events.Send drops when full).
 type Watch struct {
 	ev Events
 	mu sync.Mutex
@@ -139,16 +150,19 @@ type Watch struct {
 }
 
 type watched struct {
-	fp     string
-	tokens int64
-	n      int      // requests with fp in a row (other fingerprints between do not reset it)
-	recent []string // the last fingerprints that were current
+	n      int              // requests seen
+	known  map[string]int64 // fingerprint → its tokens
+	last   string           // the fingerprint most recently seen
+	varied bool             // more than maxKnown: never raises
 }
 
-// Settle is how many requests a template's system prompt must have had
-// before a new one is an event: a template whose prompts vary by request
-// (per-user prompts) settles never, and raises none.
+// Settle is how many requests a template must have sent before a new
+// system prompt of it is an event.
 const Settle = 20
+
+// maxKnown is how many system prompts a template may have and still be
+// watched.
+const maxKnown = 8
 
 // maxWatched bounds the templates watched (client-controlled ids).
 const maxWatched = 1000
@@ -168,27 +182,23 @@ func (w *Watch) Observe(r *record.Record) {
 			w.mu.Unlock()
 			return
 		}
-		t = &watched{fp: r.SystemSHA256, tokens: r.SystemTokens}
+		t = &watched{known: map[string]int64{}}
 		w.t[r.TemplateID] = t
 	}
+	t.n++
 	var change *PromptChange
-	switch {
-	case t.fp == r.SystemSHA256:
-		t.n++
-	case slices.Contains(t.recent, r.SystemSHA256):
-		// Back to an earlier one: prompts that alternate are no change.
-		t.n = 0
-	default:
-		if t.n >= Settle {
-			change = &PromptChange{Template: r.TemplateID, At: r.Arrival.UTC(), TokensBefore: t.tokens, TokensAfter: r.SystemTokens,
-				FingerprintBefore: t.fp, FingerprintAfter: r.SystemSHA256, Key: r.KeyID, User: r.UserID, Requests: 1}
+	if _, ok := t.known[r.SystemSHA256]; !ok && !t.varied {
+		if len(t.known) >= maxKnown {
+			t.varied, t.known = true, nil
+		} else {
+			if t.n > Settle && t.last != "" {
+				change = &PromptChange{Template: r.TemplateID, At: r.Arrival.UTC(), TokensBefore: t.known[t.last], TokensAfter: r.SystemTokens,
+					FingerprintBefore: t.last, FingerprintAfter: r.SystemSHA256, Key: r.KeyID, User: r.UserID, Requests: 1}
+			}
+			t.known[r.SystemSHA256] = r.SystemTokens
 		}
-		t.recent = append(t.recent, t.fp)
-		if len(t.recent) > 8 {
-			t.recent = t.recent[1:]
-		}
-		t.fp, t.tokens, t.n = r.SystemSHA256, r.SystemTokens, 1
 	}
+	t.last = r.SystemSHA256
 	w.mu.Unlock()
 	if change != nil && w.ev != nil {
 		data, _ := json.Marshal(change)

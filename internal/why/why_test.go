@@ -1,12 +1,14 @@
 package why
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
+	"github.com/tollgate-dev/tollgate/internal/store"
 )
 
 var t0 = time.Date(2026, 3, 2, 14, 0, 0, 0, time.UTC)
@@ -258,3 +260,34 @@ func texts(rep *Report) []string {
 	}
 	return out
 }
+
+// TestWatch: a template settled on a system prompt raises one event when
+// it changes; one alternating between two raises none; one whose prompt
+// differs by request raises none.
+func TestWatch(t *testing.T) {
+	var got []string
+	w := NewWatch(sendFunc(func(ev store.Event) { got = append(got, ev.Subject+": "+ev.Message) }))
+	send := func(tmpl, fp string, tokens int64, at time.Time) {
+		r := req{template: tmpl, key: "k"}.at(at)
+		r.SystemSHA256, r.SystemTokens = fp, tokens
+		w.Observe(r)
+	}
+	for i := range 60 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		fp := "aaaa"
+		if i >= 40 {
+			fp = "bbbb"
+		}
+		send("grows", fp, map[string]int64{"aaaa": 226, "bbbb": 3006}[fp], at)
+		send("alternates", []string{"cccc", "dddd"}[i%5/4], 100, at)
+		send("per-user", fmt.Sprintf("u%03d", i), 100, at)
+	}
+	want := "template grows: system prompt changed at 14:00 (226 → 3,006 tokens, fingerprint aaaa… → bbbb…), sent by key k."
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("events %q, want only %q", got, want)
+	}
+}
+
+type sendFunc func(store.Event)
+
+func (f sendFunc) Send(ev store.Event) { f(ev) }
