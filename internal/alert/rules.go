@@ -56,6 +56,9 @@ type Runaway struct {
 	Ceiling int64 `yaml:"ceiling"`
 }
 
+// Effective is the runaway rule with its defaults filled in.
+func (r Runaway) Effective() Runaway { return r.withDefaults() }
+
 // RunawayRule is the name of the runaway-spend rule's alerts.
 const RunawayRule = "runaway_spend"
 
