@@ -61,10 +61,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// The simulator sends vLLM's span for every request to the gateway's
 	// OTLP receiver, so the demo's records carry engine-side segments.
 	otlpAddr := freeAddr()
-	// Prefill costs 150 µs a token, so that a prompt growing past the
-	// prefix cache shows in TTFT as in the seeds' incident.
-	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 16, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01},
-		PrefillPerToken: 150 * time.Microsecond, OTLPEndpoint: "http://" + otlpAddr}
+	// Prefill costs 100 µs a token, so that a prompt growing past the
+	// prefix cache shows in TTFT as in the seeds' incident, while the
+	// engine's 32 slots keep up with the steady traffic.
+	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 32, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01},
+		PrefillPerToken: 100 * time.Microsecond, OTLPEndpoint: "http://" + otlpAddr}
 	go func() { simDone <- runSimServer(simCtx, simCfg, freeOr(*simListen), log, simAddr) }()
 	sa, ok := <-simAddr
 	if !ok {
@@ -203,13 +204,13 @@ func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Write
 	system := "You are a helpful assistant for an online shop. Answer briefly and politely. " + strings.Repeat("Follow the shop's policies. ", 20)
 	questions := []string{"Where is my order?", "Can I return these shoes?", "What sizes do you have?", "Write a short ad for summer shoes.", "Summarise this support ticket."}
 	templates := []string{"faq-v1", "faq-v2", "ad-copy", "ticket-summary"}
-	// A surge (queue) sends four times the rate, as many at once as it
-	// likes: past the engine's 16 slots, requests queue in the engine.
+	// A surge (queue) sends five times the rate on top, as many at once as it
+	// likes: past the engine's 32 slots, requests queue in the engine.
 	sem := make(chan struct{}, 32)
 	surge := make(chan struct{}, 512)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
-	surgeTick := time.NewTicker(time.Duration(float64(time.Second) / (3 * rate)))
+	surgeTick := time.NewTicker(time.Duration(float64(time.Second) / (5 * rate)))
 	defer surgeTick.Stop()
 	runawayTick := time.NewTicker(time.Duration(float64(time.Second) / (rate / 2)))
 	defer runawayTick.Stop()

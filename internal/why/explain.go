@@ -149,8 +149,8 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 		rep.Dimensions = map[string][]Contribution{}
 		for _, d := range Dims {
 			cs := decompose(d, f.Kind, sb, sc, base.minutes(), cur.minutes())
-			if len(cs) < 2 && d != DimInput {
-				continue // one value: says nothing
+			if named(cs) < 2 && d != DimInput {
+				continue // one value (beside requests without one): says nothing
 			}
 			if d == DimInput && f.Name == "input_tokens_per_request" {
 				continue // input growing moves requests to longer buckets: says nothing more
@@ -242,6 +242,17 @@ func Explain(base, cur Period, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// named is how many slices have a value.
+func named(cs []Contribution) int {
+	n := 0
+	for _, c := range cs {
+		if c.Value != "" && c.Value != Other {
+			n++
+		}
+	}
+	return n
 }
 
 // pick is the figure that moved most (by ratio, either way) among those
