@@ -167,3 +167,41 @@ func TestGuardRailsFromFirstMinute(t *testing.T) {
 		t.Logf("%s fired %v after start", rule, d)
 	}
 }
+
+// TestRunawaySpend: a key spending 15 times its own usual rate warns;
+// a new key warns only above the ceiling; a quiet key tripling does not.
+func TestRunawaySpend(t *testing.T) {
+	c := newColdStart(t)
+	keyed := func(key string, input int64) func(end time.Time, rng *rand.Rand) *record.Record {
+		return func(end time.Time, rng *rand.Rand) *record.Record {
+			r := steadyReq(300*time.Millisecond, input)(end, rng)
+			r.KeyID, r.UserID = key, "user-"+key
+			return r
+		}
+	}
+	for m := range 20 {
+		c.minute(m, 20, keyed("steady", 1000)) // ~22,000 tokens a minute
+		c.minute(m, 2, keyed("quiet", 100))
+	}
+	var fired []Alert
+	for m := 20; m < 28; m++ {
+		fired = append(fired, c.minute(m, 300, keyed("steady", 1000))...) // fifteen times
+		fired = append(fired, c.minute(m, 6, keyed("quiet", 100))...)     // three times, few tokens
+		fired = append(fired, c.minute(m, 250, keyed("new", 1000))...)    // no history: over 1,000,000 per 5 m
+	}
+	got := map[string]Alert{}
+	for _, a := range fired {
+		if a.Rule == RunawayRule && a.State == Firing {
+			got[a.Labels["key"]] = a
+		}
+	}
+	if a, ok := got["steady"]; !ok || a.Baseline == 0 || a.Value < 5*a.Baseline || a.Labels["user"] != "user-steady" {
+		t.Errorf("steady key at 15 times its rate: %+v", a)
+	}
+	if a, ok := got["new"]; !ok || a.Baseline != 0 || a.Threshold != 1e6 {
+		t.Errorf("new key over the ceiling: %+v", a)
+	}
+	if _, ok := got["quiet"]; ok {
+		t.Errorf("a quiet key tripling fired: %+v", got["quiet"])
+	}
+}
