@@ -470,8 +470,9 @@ func (a *Aggregator) seen(m int64) {
 	}
 }
 
-// oldest is the smallest minute of ms with a series.
-func oldest[V any](ms map[int64]V) (time.Time, bool) {
+// OldestOf is the smallest minute of ms, for minutes held elsewhere
+// (internal/fleet): Oldest's answer there.
+func OldestOf[V any](ms map[int64]V) (time.Time, bool) {
 	first, ok := int64(0), false
 	for m := range ms {
 		if !ok || m < first {
@@ -483,9 +484,6 @@ func oldest[V any](ms map[int64]V) (time.Time, bool) {
 	}
 	return time.Unix(first, 0).UTC(), true
 }
-
-// OldestOf is Oldest for a map of minutes held elsewhere (internal/fleet).
-func OldestOf[V any](ms map[int64]V) (time.Time, bool) { return oldest(ms) }
 
 // Group is one group of a window.
 type Group struct {
