@@ -31,14 +31,17 @@ var demoUsers = []struct{ key, user, biz string }{
 const demoModel = "Qwen/Qwen3-8B"
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--incident prompt|queue|runaway|none] [--incident-after 3m] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
+	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--incident prompt|queue|runaway|none] [--incident-after 12m] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
 	duration := fs.Duration("duration", 0, "stop after this `duration` (default: run until Ctrl-C)")
 	rate := fs.Float64("rate", 4, "requests per second of sample traffic")
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway listen `address`")
 	simListen := fs.String("sim-listen", "127.0.0.1:8000", "simulator listen `address`")
 	incident := fs.String("incident", "prompt", "the incident replayed: prompt (a template's system prompt grows to ~3,000 tokens), queue (a surge past the engine's capacity), runaway (one key at tens of times its token rate) or none")
-	after := fs.Duration("incident-after", 3*time.Minute, "when the incident starts, after the traffic")
+	// The alerts judge from 11 minutes of history on (a young baseline:
+	// the first minute left out, 5 minutes, the 5-minute window): an
+	// incident starting before that would be part of its own baseline.
+	after := fs.Duration("incident-after", 12*time.Minute, "when the incident starts, after the traffic (alerts judge from 11 minutes of history on)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -86,10 +89,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, u := range demoUsers {
 		cfg.Auth.Keys = append(cfg.Auth.Keys, config.Key{KeySHA256: config.HashKey(u.key), UserID: u.user, BizLine: u.biz})
 	}
-	// The demo's alerts judge from young baselines after 1 minute of
-	// history (a gateway's default: 5), so that the incident is caught
-	// minutes after it starts.
-	cfg.Alerts.YoungMin = time.Minute
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -40,8 +40,8 @@ type Historian interface {
 // YoungMin is the least history a young baseline rests on by default
 // (Config.YoungMin): a baseline rule judges a gateway started less than
 // its full baseline ago once its shortest window (5 m) and this much
-// before it are there — from 10 minutes of history on — and the rule's
-// min_requests are in both.
+// before it are there, the first minute left out — from 11 minutes of
+// history on — and the rule's min_requests are in both.
 const YoungMin = 5 * time.Minute
 
 // Events is where the alert history goes (the store's event log).
@@ -540,8 +540,8 @@ func (e *Engine) evalRunaway(sp Spender, now time.Time) map[string]breach {
 		b := breach{value: float64(u.Tokens), labels: labels, from: from, to: now, shortFrom: from, shortUntil: now}
 		bu, ok := base[id]
 		bfrom := from.Add(-r.Usual)
-		if bu.First.After(bfrom) {
-			bfrom = bu.First
+		if first := bu.First.Add(time.Minute); first.After(bfrom) {
+			bfrom = first // its first minute is partial, as a gateway's (youngPlan)
 		}
 		if !ok || from.Sub(bfrom) < e.young || bu.Tokens == 0 {
 			// No history of its own: only the ceiling.
@@ -594,6 +594,10 @@ func (e *Engine) youngPlan(r Rule, now time.Time) (*youngPlan, []time.Duration) 
 	if !ok || !oldest.After(now.Add(-longest-b.Previous)) || !oldest.After(now.Add(-e.memory+time.Minute)) {
 		return nil, r.Windows
 	}
+	// The first minute of history is left out: a gateway starts in the
+	// middle of it, and it holds only the requests short enough to finish
+	// in it — a baseline biased fast.
+	oldest = window.Minute(oldest).Add(time.Minute)
 	var fit []time.Duration
 	for _, w := range r.Windows {
 		if !window.Minute(now.Add(-w)).Before(oldest.Add(e.young)) {

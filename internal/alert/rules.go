@@ -29,8 +29,9 @@ type Config struct {
 	// Runaway is the runaway-spend rule (on unless disabled).
 	Runaway Runaway `yaml:"runaway"`
 	// YoungMin is the least history before a baseline rule's shortest
-	// window that a young baseline rests on (default 5m: baseline rules
-	// judge from 10 minutes of history on). See docs/metrics.md.
+	// window that a young baseline rests on, the first minute left out
+	// (default 5m: baseline rules judge from 11 minutes of history on).
+	// See docs/metrics.md.
 	YoungMin time.Duration `yaml:"young_min"`
 }
 
