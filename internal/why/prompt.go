@@ -150,10 +150,14 @@ type Watch struct {
 }
 
 type watched struct {
-	n      int              // requests seen
-	known  map[string]int64 // fingerprint → its tokens
-	last   string           // the fingerprint most recently seen
-	varied bool             // more than maxKnown: never raises
+	n      int                // requests seen
+	known  map[string]*prompt // by fingerprint
+	varied bool               // more than maxKnown: never raises
+}
+
+type prompt struct {
+	tokens int64
+	n      int
 }
 
 // Settle is how many requests a template must have sent before a new
@@ -182,23 +186,32 @@ func (w *Watch) Observe(r *record.Record) {
 			w.mu.Unlock()
 			return
 		}
-		t = &watched{known: map[string]int64{}}
+		t = &watched{known: map[string]*prompt{}}
 		w.t[r.TemplateID] = t
 	}
 	t.n++
 	var change *PromptChange
-	if _, ok := t.known[r.SystemSHA256]; !ok && !t.varied {
+	if p, ok := t.known[r.SystemSHA256]; ok {
+		p.n++
+	} else if !t.varied {
 		if len(t.known) >= maxKnown {
 			t.varied, t.known = true, nil
 		} else {
-			if t.n > Settle && t.last != "" {
-				change = &PromptChange{Template: r.TemplateID, At: r.Arrival.UTC(), TokensBefore: t.known[t.last], TokensAfter: r.SystemTokens,
-					FingerprintBefore: t.last, FingerprintAfter: r.SystemSHA256, Key: r.KeyID, User: r.UserID, Requests: 1}
+			if t.n > Settle {
+				// The change is from the template's usual prompt: its most
+				// frequent one.
+				usual := ""
+				for h, p := range t.known {
+					if usual == "" || p.n > t.known[usual].n || p.n == t.known[usual].n && h < usual {
+						usual = h
+					}
+				}
+				change = &PromptChange{Template: r.TemplateID, At: r.Arrival.UTC(), TokensBefore: t.known[usual].tokens, TokensAfter: r.SystemTokens,
+					FingerprintBefore: usual, FingerprintAfter: r.SystemSHA256, Key: r.KeyID, User: r.UserID, Requests: 1}
 			}
-			t.known[r.SystemSHA256] = r.SystemTokens
+			t.known[r.SystemSHA256] = &prompt{tokens: r.SystemTokens, n: 1}
 		}
 	}
-	t.last = r.SystemSHA256
 	w.mu.Unlock()
 	if change != nil && w.ev != nil {
 		data, _ := json.Marshal(change)

@@ -3,6 +3,7 @@ package why
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,9 +282,17 @@ func TestWatch(t *testing.T) {
 		send("grows", fp, map[string]int64{"aaaa": 226, "bbbb": 3006}[fp], at)
 		send("alternates", []string{"cccc", "dddd"}[i%5/4], 100, at)
 		send("per-user", fmt.Sprintf("u%03d", i), 100, at)
+		// Mostly one prompt, another every fifth request, then a third:
+		// the change is from the usual one, not the last seen.
+		mixed := []string{"1111", "1111", "1111", "1111", "2222"}[i%5]
+		if i >= 40 {
+			mixed = "3333"
+		}
+		send("mixed", mixed, map[string]int64{"1111": 200, "2222": 1800, "3333": 3000}[mixed], at)
 	}
-	want := "template grows: system prompt changed at 14:00 (226 → 3,006 tokens, fingerprint aaaa… → bbbb…), sent by key k."
-	if len(got) != 1 || got[0] != want {
+	want := []string{"template grows: system prompt changed at 14:00 (226 → 3,006 tokens, fingerprint aaaa… → bbbb…), sent by key k.",
+		"template mixed: system prompt changed at 14:00 (200 → 3,000 tokens, fingerprint 1111… → 3333…), sent by key k."}
+	if !slices.Equal(got, want) {
 		t.Errorf("events %q, want only %q", got, want)
 	}
 }
