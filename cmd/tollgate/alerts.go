@@ -123,6 +123,11 @@ func runAlertsRules(args []string, stdout, stderr io.Writer) error {
 		levels := levelsText(r)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, r.Signal, strings.Join(r.By, ","), strings.Join(ws, " AND "), levels, r.MinRequests, shortDuration(r.For))
 	}
+	if ra := cfg.Alerts.Runaway.Effective(); !ra.Disabled {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", alert.RunawayRule, "tokens", "key", shortDuration(ra.Window),
+			fmt.Sprintf("warning ×%g, critical ×%g the key's usual rate (%s before, from %d tokens); no history: warning >%d", ra.Warning, ra.Critical, shortDuration(ra.Usual), ra.MinTokens, ra.Ceiling),
+			0, "1m")
+	}
 	return tw.Flush()
 }
 

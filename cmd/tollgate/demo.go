@@ -49,17 +49,28 @@ func demoPrices() []cost.Price {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
+	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--incident prompt|queue|runaway|none] [--incident-after 12m] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
 	duration := fs.Duration("duration", 0, "stop after this `duration` (default: run until Ctrl-C)")
 	rate := fs.Float64("rate", 4, "requests per second of sample traffic")
 	db := fs.String("db", "./tollgate.db", "SQLite ledger `path`")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway listen `address`")
 	simListen := fs.String("sim-listen", "127.0.0.1:8000", "simulator listen `address`")
+	incident := fs.String("incident", "prompt", "the incident replayed: prompt (a template's system prompt grows to ~3,000 tokens), queue (a surge past the engine's capacity), runaway (one key at tens of times its token rate) or none")
+	// The alerts judge from 11 minutes of history on (a young baseline:
+	// the first minute left out, 5 minutes, the 5-minute window): an
+	// incident starting before that would be part of its own baseline.
+	after := fs.Duration("incident-after", 12*time.Minute, "when the incident starts, after the traffic (alerts judge from 11 minutes of history on)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *rate <= 0 {
 		fmt.Fprintln(stderr, "tollgate demo: --rate must be positive")
+		return errUsage
+	}
+	switch *incident {
+	case "none", "prompt", "queue", "runaway":
+	default:
+		fmt.Fprintf(stderr, "tollgate demo: --incident %q: one of prompt, queue, runaway, none\n", *incident)
 		return errUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -71,8 +82,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// The simulator sends vLLM's span for every request to the gateway's
 	// OTLP receiver, so the demo's records carry engine-side segments.
 	otlpAddr := freeAddr()
-	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 16, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01},
-		OTLPEndpoint: "http://" + otlpAddr}
+	// Prefill costs 100 µs a token, so that a prompt growing past the
+	// prefix cache shows in TTFT as in the seeds' incident, while the
+	// engine's 32 slots keep up with the steady traffic.
+	simCfg := sim.Config{Models: []string{demoModel}, Seed: 42, MaxRunning: 32, Faults: sim.Faults{ErrorRate: 0.01, ResetRate: 0.01},
+		PrefillPerToken: 100 * time.Microsecond, OTLPEndpoint: "http://" + otlpAddr}
 	go func() { simDone <- runSimServer(simCtx, simCfg, freeOr(*simListen), log, simAddr) }()
 	sa, ok := <-simAddr
 	if !ok {
@@ -133,7 +147,10 @@ Try, in another terminal:
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	sent, failed := demoTraffic(ctx, "http://"+ga, *rate, stdout)
+	if *incident != "none" {
+		fmt.Fprintf(stdout, "In %v the demo replays an incident (%s): watch the dashboard's alerts and Diagnostics, or run\n  go run ./cmd/tollgate why --db %s\n\n", *after, *incident, *db)
+	}
+	sent, failed := demoTraffic(ctx, "http://"+ga, *rate, stdout, demoIncident{kind: *incident, at: time.Now().Add(*after)})
 	// The engine stops first: its last spans reach the gateway, which then
 	// drains and flushes every record.
 	stopSimWait()
@@ -169,10 +186,36 @@ func freeAddr() string {
 	return ln.Addr().String()
 }
 
+// demoIncident is the incident the demo replays from at on.
+type demoIncident struct {
+	kind string // none, prompt, queue, runaway
+	at   time.Time
+}
+
+func (in demoIncident) on(kind string) bool { return in.kind == kind && !time.Now().Before(in.at) }
+
+// demoGrownSystem is the seeds' incident: template faq-v1's system prompt
+// grown from ~200 to ~3,000 tokens.
+var demoGrownSystem = "You are a helpful assistant for an online shop. Answer briefly and politely. " +
+	strings.Repeat("Policy clause: returns within 30 days with a receipt; exchanges for another size; no refunds on sale items. ", 150)
+
+// demoRunawayContext makes the runaway key's requests large (~6,000
+// tokens, under the 8,000-token guard rail).
+var demoRunawayContext = strings.Repeat("Retry the batch job and report every line of the log again. ", 500)
+
 // demoTraffic sends a mix of requests: a shared system prompt (prefix
-// cache hits), streamed and not, short max_tokens (finish_reason=length),
-// several templates, and the agent APIs (demoRequest). It returns how many were sent and how many failed.
-func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Writer) (sent, failed int64) {
+// cache hits), streamed and not, a few short max_tokens
+// (finish_reason=length), several templates, and the agent APIs
+// (demoRequest) — then the incident. It returns how many were sent and
+// how many failed.
+//
+// The steady mix trips no rule: cut answers stay near 1.5 % (the
+// length_share rule warns above 10 % per model and template; one chat
+// request in six with max_tokens 16 once made ~9 % of every template's
+// answers cut, so each template's window crossed 10 % by chance, for
+// ever), Messages' max_tokens sits above the engine's longest answer, and
+// errors stay near 2 %.
+func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Writer, incident demoIncident) (sent, failed int64) {
 	var wg sync.WaitGroup
 	var nSent, nFailed atomic.Int64
 	client := &http.Client{Timeout: 2 * time.Minute}
@@ -180,28 +223,21 @@ func demoTraffic(ctx context.Context, base string, rate float64, stdout io.Write
 	system := "You are a helpful assistant for an online shop. Answer briefly and politely. " + strings.Repeat("Follow the shop's policies. ", 20)
 	questions := []string{"Where is my order?", "Can I return these shoes?", "What sizes do you have?", "Write a short ad for summer shoes.", "Summarise this support ticket."}
 	templates := []string{"faq-v1", "faq-v2", "ad-copy", "ticket-summary"}
+	// A surge (queue) sends five times the rate on top, as many at once as it
+	// likes: past the engine's 32 slots, requests queue in the engine.
 	sem := make(chan struct{}, 32)
+	surge := make(chan struct{}, 512)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
-	report := time.NewTicker(5 * time.Second)
-	defer report.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-report.C:
-			fmt.Fprintf(stdout, "  %d requests sent, %d failed so far\n", nSent.Load(), nFailed.Load())
-			continue
-		case <-tick.C:
-		}
-		u := demoUsers[rng.IntN(len(demoUsers))]
-		path, b, hdr := demoRequest(rng, system, questions)
-		tmpl := templates[rng.IntN(len(templates))]
+	surgeTick := time.NewTicker(time.Duration(float64(time.Second) / (5 * rate)))
+	defer surgeTick.Stop()
+	runawayTick := time.NewTicker(time.Duration(float64(time.Second) / (rate / 2)))
+	defer runawayTick.Stop()
+	send := func(sem chan struct{}, key, tmpl, path string, b []byte, hdr map[string]string) bool {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			break loop
+			return false
 		}
 		wg.Add(1)
 		nSent.Add(1)
@@ -213,7 +249,7 @@ loop:
 			for k, v := range hdr {
 				req.Header.Set(k, v)
 			}
-			req.Header.Set("Authorization", "Bearer "+u.key)
+			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Tollgate-Template", tmpl)
 			resp, err := client.Do(req)
@@ -228,6 +264,67 @@ loop:
 				nFailed.Add(1)
 			}
 		}()
+		return true
+	}
+	announced := false
+	report := time.NewTicker(5 * time.Second)
+	defer report.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-report.C:
+			fmt.Fprintf(stdout, "  %d requests sent, %d failed so far\n", nSent.Load(), nFailed.Load())
+			continue
+		case <-surgeTick.C:
+			if !incident.on("queue") {
+				continue
+			}
+			u := demoUsers[rng.IntN(len(demoUsers))]
+			path, b, hdr := demoRequest(rng, system, questions)
+			if !send(surge, u.key, templates[rng.IntN(len(templates))], path, b, hdr) {
+				break loop
+			}
+			continue
+		case <-runawayTick.C:
+			if !incident.on("runaway") {
+				continue
+			}
+			// A script looping without an exit condition: dave's key,
+			// large prompts, several times a second.
+			b, _ := json.Marshal(map[string]any{"model": demoModel, "max_tokens": 64,
+				"messages": []map[string]string{{"role": "user", "content": demoRunawayContext + fmt.Sprint(rng.Uint64())}}})
+			if !send(surge, "sk-demo-dave", "batch-retry", "/v1/chat/completions", b, nil) {
+				break loop
+			}
+			continue
+		case <-tick.C:
+		}
+		if incident.kind != "none" && !announced && !time.Now().Before(incident.at) {
+			announced = true
+			fmt.Fprintf(stdout, "  incident %q starts now\n", incident.kind)
+		}
+		u := demoUsers[rng.IntN(len(demoUsers))]
+		tmpl := templates[rng.IntN(len(templates))]
+		sys := system
+		if tmpl == "faq-v1" && incident.on("prompt") {
+			sys = demoGrownSystem
+		}
+		path, b, hdr := demoRequest(rng, sys, questions)
+		if sys != system && path == "/v1/chat/completions" {
+			// A preamble of the shop's session before the system prompt,
+			// new on every request, keeps the grown prompt out of the
+			// prefix cache: its prefill is paid each time, as in the
+			// seeds' incident.
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			m["messages"] = append([]any{map[string]string{"role": "user", "content": fmt.Sprintf("session %d", rng.Uint64())}}, m["messages"].([]any)...)
+			b, _ = json.Marshal(m)
+		}
+		if !send(sem, u.key, tmpl, path, b, hdr) {
+			break loop
+		}
 	}
 	wg.Wait()
 	return nSent.Load(), nFailed.Load()
@@ -253,7 +350,8 @@ func demoRequest(rng *rand.Rand, system string, questions []string) (path string
 		body, _ = json.Marshal(b)
 		return "/v1/responses", body, nil
 	case n < 4:
-		b := map[string]any{"model": demoModel, "max_tokens": 512, "stream": stream, "metadata": map[string]any{"user_id": endUser},
+		// max_tokens above the engine's longest answer (512): no cut answers.
+		b := map[string]any{"model": demoModel, "max_tokens": 1024, "stream": stream, "metadata": map[string]any{"user_id": endUser},
 			"system": []any{map[string]any{"type": "text", "text": demoCachedSystem, "cache_control": map[string]any{"type": "ephemeral"}}},
 			"tools": []any{map[string]any{"name": "track_order", "description": "Where an order is",
 				"input_schema": map[string]any{"type": "object", "required": []string{"order_id"}, "properties": map[string]any{"order_id": map[string]any{"type": "string"}}}}},
@@ -270,8 +368,8 @@ func demoRequest(rng *rand.Rand, system string, questions []string) (path string
 		"stream":   stream,
 		"user":     endUser,
 	}
-	if rng.IntN(6) == 0 {
-		b["max_tokens"] = 16
+	if rng.IntN(40) == 0 {
+		b["max_tokens"] = 16 // some answers cut by max_tokens, for the ledger's finish reasons
 	}
 	body, _ = json.Marshal(b)
 	return "/v1/chat/completions", body, nil

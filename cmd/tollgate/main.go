@@ -42,6 +42,10 @@ Usage:
                     where one request's time went, as a waterfall
   tollgate diagnose [--since 1h]
                     latency by input length, cache hit vs miss, long tail, segments, timeline decay
+  tollgate why      [--since 15m] [--against 1h] [--figure F]
+                    what changed: the figure that moved, the segment, the slice (mix or rate), since when
+  tollgate events   [--since 24h] [--kind alert|prompt|…]
+                    the event history: alerts, quotas, system-prompt changes
   tollgate tokens count --model M [--chat] [--json] [--jsonl] < input
                     count tokens exactly with the model's own tokenizer (and chat template)
   tollgate keys     hash < key
@@ -116,6 +120,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runExplain(ctx, rest, stdout, stderr)
 	case "diagnose":
 		return runDiagnose(ctx, rest, stdout, stderr)
+	case "why":
+		return runWhy(ctx, rest, stdout, stderr)
+	case "events":
+		return runEvents(ctx, rest, stdout, stderr)
 	case "tokens":
 		return runTokens(ctx, rest, os.Stdin, stdout, stderr)
 	case "keys":

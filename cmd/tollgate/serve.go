@@ -38,6 +38,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/traceexport"
 	"github.com/tollgate-dev/tollgate/internal/ui"
 	"github.com/tollgate-dev/tollgate/internal/web"
+	"github.com/tollgate-dev/tollgate/internal/why"
 	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
@@ -323,7 +324,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	}
 	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
 	gwMetrics := metrics.New(reg, labels)
-	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
+	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, events, log)
 	if err != nil {
 		return err
 	}
@@ -548,7 +549,9 @@ func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Conf
 			log.Warn("quotas are shared in Redis but replicas.redis.url is not set: if several replicas run, each evaluates alerts over its own traffic and each notifies")
 		}
 	}
-	a.engine = alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg})
+	// Each latency or tokens alert says what changed, read from the ledger.
+	a.engine = alert.NewEngine(cfg.Alerts, alertWin, alert.Options{Notifier: notifier, Events: events, Log: log.With("component", "alerts"), Registry: reg,
+		Explain: why.Explainer(st, 10*time.Second)})
 	stage.Go("windows", win.Run)
 	// Closed local days of the windows merged, for percentiles over weeks.
 	compactor := window.NewCompactor(st, cfg.Location(), log.With("component", "window"))
@@ -598,10 +601,12 @@ func startJobs(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, pri
 }
 
 // recordObservers are the Record's observers after the ledger, in flow
-// order: the Prometheus metrics, the alerting windows, then trace export.
+// order: the Prometheus metrics, the alerting windows, the system-prompt
+// watch (its changes are events), then trace export.
 // The trace exporter flushes when stage stops.
-func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, m *metrics.Metrics, win *window.Aggregator, log *slog.Logger) ([]gateway.Observer, error) {
-	observers := []gateway.Observer{{Name: "metrics", Observe: m.Observe}, {Name: "windows", Observe: win.Observe}}
+func recordObservers(ctx context.Context, stage *lifecycle.Stage, cfg *config.Config, m *metrics.Metrics, win *window.Aggregator, events why.Events, log *slog.Logger) ([]gateway.Observer, error) {
+	observers := []gateway.Observer{{Name: "metrics", Observe: m.Observe}, {Name: "windows", Observe: win.Observe},
+		{Name: "prompt_changes", Observe: why.NewWatch(events).Observe}}
 	te := cfg.TraceExport
 	if te.Endpoint == "" {
 		return observers, nil

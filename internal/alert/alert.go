@@ -10,6 +10,8 @@ package alert
 import (
 	"context"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/window"
 )
 
 // Severity of an alert; a baseline rule escalates from warning to critical.
@@ -33,6 +35,7 @@ const (
 // notifiers and the history see it.
 type Alert struct {
 	Rule     string            `json:"rule"`
+	Signal   string            `json:"signal,omitempty"` // the rule's signal
 	Severity Severity          `json:"severity"`
 	State    State             `json:"state"`
 	Labels   map[string]string `json:"labels,omitempty"` // the group: model, biz_line, upstream, template, user
@@ -43,7 +46,13 @@ type Alert struct {
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`
 	Baseline  float64 `json:"baseline,omitempty"`
-	Unit      string  `json:"unit,omitempty"` // "s", "tokens", "ratio", "USD/h", …
+	// BaselineFrom and BaselineTo are the period of a baseline rule's
+	// baseline; YoungBaseline says it is shorter than the rule's own, the
+	// history of a gateway started recently (docs/metrics.md).
+	BaselineFrom  time.Time `json:"baseline_from,omitzero"`
+	BaselineTo    time.Time `json:"baseline_to,omitzero"`
+	YoungBaseline bool      `json:"young_baseline,omitempty"`
+	Unit          string    `json:"unit,omitempty"` // "s", "tokens", "ratio", "USD/h", …
 	// StartsAt is when the rule first breached for this group; EndsAt is
 	// when it resolved (zero while pending or firing).
 	StartsAt time.Time `json:"starts_at"`
@@ -55,6 +64,24 @@ type Alert struct {
 	Link string    `json:"link,omitempty"`
 	// Fingerprint identifies rule + group: repeats of the same alert share it.
 	Fingerprint string `json:"fingerprint"`
+	// Why is what changed, for a latency or tokens alert (internal/why):
+	// the figure, the segment, the slice and since when, in plain
+	// sentences; also appended to Summary.
+	Why string `json:"why,omitempty"`
+}
+
+// ExplainFunc says what changed behind an alert (internal/why, wired by
+// serve); "" when it cannot tell.
+type ExplainFunc func(ctx context.Context, a Alert) string
+
+// Explains says whether a rule's alerts are explained: those on latency
+// and token figures.
+func Explains(signal string) bool {
+	s, ok := SignalNamed(signal)
+	if !ok {
+		return false
+	}
+	return s.quantity != window.NoQuantity || s.Unit == "tokens" && s.Name != "max_input_tokens" || s.Name == "tokens"
 }
 
 // Notifier delivers alerts. Notify must not block the evaluator for long:

@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,6 +29,21 @@ type Windows interface {
 	Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error)
 }
 
+// Historian is Windows that know how far back their history goes
+// (window.Aggregator, fleet.Windows): baseline rules then judge from a
+// young baseline while the full one is not there yet. Windows without it
+// judge from the full baseline only.
+type Historian interface {
+	Oldest() (time.Time, bool)
+}
+
+// YoungMin is the least history a young baseline rests on by default
+// (Config.YoungMin): a baseline rule judges a gateway started less than
+// its full baseline ago once its shortest window (5 m) and this much
+// before it are there, the first minute left out — from 11 minutes of
+// history on — and the rule's min_requests are in both.
+const YoungMin = 5 * time.Minute
+
 // Events is where the alert history goes (the store's event log).
 type Events interface {
 	Send(ev store.Event)
@@ -38,12 +54,15 @@ const EventKind = "alert"
 
 // Engine evaluates rules and keeps the alerts' lifecycle.
 type Engine struct {
-	rules  []Rule
-	w      Windows
-	notify Notifier // may be nil
-	events Events   // may be nil
-	log    *slog.Logger
-	repeat time.Duration
+	rules   []Rule
+	w       Windows
+	notify  Notifier // may be nil
+	events  Events   // may be nil
+	explain ExplainFunc
+	runaway Runaway
+	young   time.Duration // Config.YoungMin
+	log     *slog.Logger
+	repeat  time.Duration
 	// memory is how far back Window holds minutes; older parts of a
 	// window are read as whole hours through Hour.
 	memory time.Duration
@@ -74,14 +93,17 @@ type Options struct {
 	// Memory is how much history Windows.Window holds (the aggregator's
 	// Keep; default 2 h).
 	Memory time.Duration
+	// Explain, if set, says what changed behind each latency or tokens
+	// alert when it fires (or grows severer): the text joins its summary.
+	Explain ExplainFunc
 }
 
 // NewEngine returns an engine for the effective rules of cfg, which must
 // have been validated.
 func NewEngine(cfg Config, w Windows, o Options) *Engine {
 	e := &Engine{
-		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log,
-		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{},
+		rules: cfg.Effective(), w: w, notify: o.Notifier, events: o.Events, log: o.Log, explain: o.Explain,
+		repeat: cfg.Repeat, memory: o.Memory, active: map[string]*tracked{}, runaway: cfg.Runaway.withDefaults(), young: cmp.Or(cfg.YoungMin, YoungMin),
 		firing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tollgate_alerts", Help: "Alerts now pending or firing, by rule, severity and state.",
 		}, []string{"rule", "severity", "state"}),
@@ -205,6 +227,10 @@ type breach struct {
 	labels                map[string]string
 	from, to              time.Time
 	shortFrom, shortUntil time.Time
+	// baseFrom, baseTo: the baseline's period; young when it is shorter
+	// than the rule's (a gateway with less history).
+	baseFrom, baseTo time.Time
+	young            bool
 }
 
 // Eval evaluates every rule at now and moves alerts through their
@@ -234,6 +260,14 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 			ruleOf[fp] = r
 		}
 	}
+	if sp, ok := e.w.(Spender); ok && !e.runaway.Disabled {
+		rr := e.runawayRule()
+		for gk, b := range e.evalRunaway(sp, now) {
+			fp := fingerprint(rr.Name, gk)
+			seen[fp] = b
+			ruleOf[fp] = rr
+		}
+	}
 	var out []Alert
 	e.mu.Lock()
 	// Breaching groups: new ones pend, pending ones fire after For,
@@ -242,12 +276,16 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 		r := ruleOf[fp]
 		t := e.active[fp]
 		if t == nil {
-			t = &tracked{a: Alert{Rule: r.Name, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
+			t = &tracked{a: Alert{Rule: r.Name, Signal: r.Signal, Labels: b.labels, StartsAt: now, Fingerprint: fp, State: Pending, Unit: unitOf(r)}}
 			e.active[fp] = t
 		}
 		t.a.Severity, t.a.Value, t.a.Threshold, t.a.Baseline = b.sev, b.value, b.limit, b.base
 		t.a.From, t.a.To = b.shortFrom, b.shortUntil
+		t.a.BaselineFrom, t.a.BaselineTo, t.a.YoungBaseline = b.baseFrom, b.baseTo, b.young
 		t.a.Summary = summary(r, b)
+		if t.a.Why != "" {
+			t.a.Summary += " What changed: " + t.a.Why
+		}
 		t.a.Link = link(r, b)
 		switch {
 		case t.a.State == Pending && now.Sub(t.a.StartsAt) >= r.For:
@@ -280,8 +318,36 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	}
 	e.mu.Unlock()
 
+	e.explainAll(ctx, out, ruleOf)
 	e.emit(ctx, now, out)
 	return out
+}
+
+// explainAll adds what changed to the latency and tokens alerts that
+// fired or escalated, outside the lock (it reads the ledger), and keeps
+// it on the tracked alert until the next explanation.
+func (e *Engine) explainAll(ctx context.Context, out []Alert, ruleOf map[string]Rule) {
+	if e.explain == nil {
+		return
+	}
+	for i := range out {
+		a := &out[i]
+		r, ok := ruleOf[a.Fingerprint]
+		if !ok || a.State != Firing || !Explains(r.Signal) {
+			continue
+		}
+		why := e.explain(ctx, *a)
+		if why == "" {
+			continue
+		}
+		a.Why = why
+		a.Summary += " What changed: " + why
+		e.mu.Lock()
+		if t := e.active[a.Fingerprint]; t != nil {
+			t.a.Why, t.a.Summary = a.Why, a.Summary
+		}
+		e.mu.Unlock()
+	}
 }
 
 // Raise fires an alert that no rule computes — a quota nearly used up, a
@@ -340,14 +406,31 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 	// for the short window.
 	var base map[string]*window.Group
 	var bdur time.Duration
+	var bfrom, bto time.Time
+	windows := r.Windows
+	var young *youngPlan
 	if r.Baseline != nil {
+		young, windows = e.youngPlan(r, now)
+		if len(windows) == 0 {
+			return nil, nil // not yet YoungMin of history: the rule cannot judge
+		}
 		var err error
-		if base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity); err != nil {
+		if young != nil {
+			bfrom, bto = young.from, young.to
+			base, bdur, err = e.window(ctx, now, bfrom, bto, sel, r.By, sig.quantity)
+		} else {
+			base, bdur, err = e.baseline(ctx, r, now, slices.Max(r.Windows), sel, sig.quantity)
+			if b := r.Baseline; b.Previous > 0 {
+				bto = now.Add(-slices.Max(r.Windows))
+				bfrom = bto.Add(-b.Previous)
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("baseline: %w", err)
 		}
 	}
 	var verdict map[string]breach
-	for i, w := range r.Windows {
+	for i, w := range windows {
 		from := now.Add(-w)
 		cur, cdur, err := e.window(ctx, now, from, now, sel, r.By, sig.quantity)
 		if err != nil {
@@ -374,19 +457,36 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 			b := breach{value: v, labels: labels(g.Key, r.By), from: from, to: now, shortFrom: from, shortUntil: now}
 			levels := r.Threshold
 			if r.Baseline != nil {
-				bg := base[gk]
+				bg, gdur, gfrom, gto := base[gk], bdur, bfrom, bto
+				if young != nil {
+					// A group already breaching keeps the baseline it had
+					// when the breach began: a young baseline ends only
+					// minutes ago, and would otherwise take the incident in.
+					if pf, pt, ok := e.pinned(r, gk, young); ok {
+						pg, pd, err := e.window(ctx, now, pf, pt, sel, r.By, sig.quantity)
+						if err != nil {
+							return nil, fmt.Errorf("baseline: %w", err)
+						}
+						bg, gdur, gfrom, gto = pg[gk], pd, pf, pt
+					}
+				}
 				if bg == nil {
 					continue
 				}
-				bv, bn := sig.value(&bg.Stats, bdur, r.Currency)
+				bv, bn := sig.value(&bg.Stats, gdur, r.Currency)
 				if sig.sum {
-					bv *= cdur.Seconds() / bdur.Seconds() // a sum over as long as the window
+					bv *= cdur.Seconds() / gdur.Seconds() // a sum over as long as the window
 				}
 				if bn < r.MinRequests || math.IsNaN(bv) || bv <= 0 {
 					continue
 				}
-				b.base = bv
+				b.base, b.baseFrom, b.baseTo, b.young = bv, gfrom, gto, young != nil
 				levels = &Levels{Warning: bv * r.Baseline.Warning, Critical: bv * r.Baseline.Critical}
+				if young != nil && young.capped {
+					// The seeds escalate only when the long window breaches
+					// too; without the history for it, a warning at most.
+					levels.Critical = 0
+				}
 			}
 			b.sev, b.limit = judge(v, levels, r.Below)
 			if b.sev == "" {
@@ -407,6 +507,136 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 		verdict = next
 	}
 	return verdict, nil
+}
+
+// Spender is Windows that tally each API key's tokens
+// (window.Aggregator): the runaway-spend rule reads them.
+type Spender interface {
+	Spend(from, to time.Time) map[string]window.KeyUsage
+}
+
+func (e *Engine) runawayRule() Rule {
+	return Rule{Name: RunawayRule, Signal: "tokens", For: time.Minute,
+		Summary: "{{group}} is spending tokens far above its usual rate: a loop without an exit condition? Check the caller, or stop the key before its daily quota."}
+}
+
+// evalRunaway judges each key's tokens in the last window against its
+// own usual rate (its tokens per window over Usual before), or against
+// the ceiling when it has less than YoungMin of history.
+func (e *Engine) evalRunaway(sp Spender, now time.Time) map[string]breach {
+	r := e.runaway
+	from := now.Add(-r.Window)
+	cur := sp.Spend(from, now)
+	base := sp.Spend(from.Add(-r.Usual), from)
+	out := map[string]breach{}
+	for id, u := range cur {
+		if id == window.OtherKey {
+			continue
+		}
+		labels := map[string]string{"key": id}
+		if u.User != "" {
+			labels["user"] = u.User
+		}
+		b := breach{value: float64(u.Tokens), labels: labels, from: from, to: now, shortFrom: from, shortUntil: now}
+		bu, ok := base[id]
+		bfrom := from.Add(-r.Usual)
+		if first := bu.First.Add(time.Minute); first.After(bfrom) {
+			bfrom = first // its first minute is partial, as a gateway's (youngPlan)
+		}
+		if !ok || from.Sub(bfrom) < e.young || bu.Tokens == 0 {
+			// No history of its own: only the ceiling.
+			if u.Tokens > r.Ceiling {
+				b.sev, b.limit = Warning, float64(r.Ceiling)
+				out[labelString(labels)] = b
+			}
+			continue
+		}
+		if u.Tokens < r.MinTokens {
+			continue
+		}
+		usual := float64(bu.Tokens) * r.Window.Seconds() / from.Sub(bfrom).Seconds()
+		b.base, b.baseFrom, b.baseTo, b.young = usual, bfrom, from, from.Sub(bfrom) < r.Usual
+		b.sev, b.limit = judge(b.value, &Levels{Warning: usual * r.Warning, Critical: usual * r.Critical}, false)
+		if b.sev != "" {
+			out[labelString(labels)] = b
+		}
+	}
+	return out
+}
+
+// youngPlan is how a baseline rule judges a gateway younger than its
+// full baseline: from the history there is.
+type youngPlan struct {
+	oldest   time.Time
+	from, to time.Time
+	// wmax and wmin are the longest and shortest windows judged; capped
+	// when the rule's longest window did not fit (no escalation).
+	wmax, wmin time.Duration
+	capped     bool
+}
+
+// youngPlan returns nil and the rule's windows when the history reaches
+// back over the rule's full baseline (or its windows cannot tell; or the
+// rule compares with the same hour of earlier days, which no young
+// history has). Else it plans a young baseline: the windows that leave
+// at least YoungMin of history before them, and as baseline the history
+// before the longest of those, up to the rule's Previous long. No window
+// fits: none is returned, and the rule does not judge yet.
+func (e *Engine) youngPlan(r Rule, now time.Time) (*youngPlan, []time.Duration) {
+	h, ok := e.w.(Historian)
+	b := r.Baseline
+	if !ok || b.Previous <= 0 {
+		return nil, r.Windows
+	}
+	oldest, ok := h.Oldest()
+	longest := slices.Max(r.Windows)
+	// History as old as memory goes may go further back in the store.
+	if !ok || !oldest.After(now.Add(-longest-b.Previous)) || !oldest.After(now.Add(-e.memory+time.Minute)) {
+		return nil, r.Windows
+	}
+	// The first minute of history is left out: a gateway starts in the
+	// middle of it, and it holds only the requests short enough to finish
+	// in it — a baseline biased fast.
+	oldest = window.Minute(oldest).Add(time.Minute)
+	var fit []time.Duration
+	for _, w := range r.Windows {
+		if !window.Minute(now.Add(-w)).Before(oldest.Add(e.young)) {
+			fit = append(fit, w)
+		}
+	}
+	if len(fit) == 0 {
+		return nil, nil
+	}
+	p := &youngPlan{oldest: oldest, wmax: slices.Max(fit), wmin: slices.Min(fit), capped: len(fit) < len(r.Windows) && len(r.Windows) > 1}
+	p.to = now.Add(-p.wmax)
+	p.from = p.to.Add(-b.Previous)
+	if p.from.Before(oldest) {
+		p.from = oldest
+	}
+	return p, fit
+}
+
+// pinned is the young baseline of a group whose alert is pending or
+// firing: the history before the breach began, not before now.
+func (e *Engine) pinned(r Rule, gk string, p *youngPlan) (from, to time.Time, ok bool) {
+	e.mu.Lock()
+	t := e.active[fingerprint(r.Name, gk)]
+	e.mu.Unlock()
+	if t == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	to = t.a.StartsAt.Add(-p.wmin)
+	if !to.Before(p.to) {
+		return time.Time{}, time.Time{}, false
+	}
+	from = to.Add(-r.Baseline.Previous)
+	if from.Before(p.oldest) {
+		from = p.oldest
+	}
+	if window.Minute(to).Sub(window.Minute(from)) < e.young {
+		to = from.Add(e.young) // the least history it judged from
+	}
+	return from, to, true
 }
 
 // warningLimit is the warning level of a breach that was judged critical
@@ -555,6 +785,10 @@ func summary(r Rule, b breach) string {
 	if s == "" {
 		s = fmt.Sprintf("%s of %s breached", r.Signal, g)
 	}
+	if b.base > 0 && b.young {
+		return fmt.Sprintf("%s (%s %.4g vs young baseline %.4g of the %.0f min since %s, ×%.1f)", s, r.Signal, b.value, b.base,
+			b.baseTo.Sub(b.baseFrom).Minutes(), b.baseFrom.UTC().Format("15:04"), b.value/b.base)
+	}
 	if b.base > 0 {
 		return fmt.Sprintf("%s (%s %.4g vs baseline %.4g, ×%.1f)", s, r.Signal, b.value, b.base, b.value/b.base)
 	}
@@ -566,7 +800,7 @@ func link(r Rule, b breach) string {
 	q := url.Values{}
 	for l, v := range b.labels {
 		switch l {
-		case "model", "biz_line", "template":
+		case "model", "biz_line", "template", "user":
 			q.Set(l, v)
 		}
 	}

@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -25,6 +26,80 @@ type Config struct {
 	// Repeat is how often a firing alert is sent again while it lasts
 	// (default 4 h; 0 in the config keeps the default).
 	Repeat time.Duration `yaml:"repeat"`
+	// Runaway is the runaway-spend rule (on unless disabled).
+	Runaway Runaway `yaml:"runaway"`
+	// YoungMin is the least history before a baseline rule's shortest
+	// window that a young baseline rests on, the first minute left out
+	// (default 5m: baseline rules judge from 11 minutes of history on).
+	// See docs/metrics.md.
+	YoungMin time.Duration `yaml:"young_min"`
+}
+
+// Runaway is the rule on each API key's tokens per window against its
+// own usual rate — a script looping without an exit condition is caught
+// in minutes, before its daily quota — and, for a key without that much
+// history, against an absolute ceiling. Zero fields take the defaults.
+type Runaway struct {
+	Disabled bool `yaml:"disabled"`
+	// Window is the period judged (default 5m).
+	Window time.Duration `yaml:"window"`
+	// Usual is how far back the key's usual rate is read, before the
+	// window (default 1h); from YoungMin of the key's history on.
+	Usual time.Duration `yaml:"usual"`
+	// Warning and Critical are factors of the usual rate (10 and 50).
+	Warning  float64 `yaml:"warning"`
+	Critical float64 `yaml:"critical"`
+	// MinTokens in the window for a key to be judged against its usual
+	// rate at all (default 50,000): a quiet key tripling is no runaway.
+	MinTokens int64 `yaml:"min_tokens"`
+	// Ceiling is the tokens per window a key without history may use
+	// before a warning (default 1,000,000).
+	Ceiling int64 `yaml:"ceiling"`
+}
+
+// Effective is the runaway rule with its defaults filled in.
+func (r Runaway) Effective() Runaway { return r.withDefaults() }
+
+// RunawayRule is the name of the runaway-spend rule's alerts.
+const RunawayRule = "runaway_spend"
+
+func (r Runaway) withDefaults() Runaway {
+	r.Window = cmp.Or(r.Window, 5*time.Minute)
+	r.Usual = cmp.Or(r.Usual, time.Hour)
+	r.Warning = cmp.Or(r.Warning, 10)
+	r.Critical = cmp.Or(r.Critical, 50)
+	r.MinTokens = cmp.Or(r.MinTokens, 50000)
+	r.Ceiling = cmp.Or(r.Ceiling, 1000000)
+	return r
+}
+
+func (r Runaway) validate(p string) error {
+	var errs []error
+	bad := func(f, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", p, f, fmt.Sprintf(format, a...)))
+	}
+	if r.Window < 0 || r.Window%time.Minute != 0 {
+		bad("window", "%v: want whole minutes", r.Window)
+	}
+	if r.Usual < 0 || r.Usual%time.Minute != 0 {
+		bad("usual", "%v: want whole minutes", r.Usual)
+	}
+	if (r.Warning != 0 && r.Warning <= 1) || r.Warning < 0 {
+		bad("warning", "%v: a factor above 1 (10 = ten times the usual rate)", r.Warning)
+	}
+	if (r.Critical != 0 && r.Critical <= 1) || r.Critical < 0 {
+		bad("critical", "%v: a factor above 1", r.Critical)
+	}
+	if d := r.withDefaults(); d.Critical < d.Warning {
+		bad("critical", "%v is less severe than warning %v", d.Critical, d.Warning)
+	}
+	if r.MinTokens < 0 {
+		bad("min_tokens", "must not be negative")
+	}
+	if r.Ceiling < 0 {
+		bad("ceiling", "must not be negative")
+	}
+	return errors.Join(errs...)
 }
 
 // Rule is one alerting rule: a signal over one or more sliding windows,
@@ -163,6 +238,12 @@ func (c *Config) Validate(path string) error {
 	}
 	if c.Interval < 0 {
 		bad(path+".interval", "must not be negative")
+	}
+	if c.YoungMin < 0 || c.YoungMin%time.Minute != 0 {
+		bad(path+".young_min", "%v: want whole minutes", c.YoungMin)
+	}
+	if err := c.Runaway.validate(path + ".runaway"); err != nil {
+		errs = append(errs, err)
 	}
 	names := map[string]bool{}
 	for _, n := range c.Disable {

@@ -50,6 +50,8 @@ func TestBadConfigs(t *testing.T) {
 		"alert_bad_signal.bad.yml":        `alerts.rules[0].signal: unknown signal "ttft_p98"; one of ` + signalNames(),
 		"alert_typo.bad.yml":              "alerts.rules[0].treshold: unknown key (line 5)",
 		"alert_baseline_typo.bad.yml":     "alerts.rules[0].baseline.critcal: unknown key (line 5)",
+		"alert_runaway_factor.bad.yml":    "alerts.runaway.warning: 0.5: a factor above 1 (10 = ten times the usual rate)",
+		"alert_young_min.bad.yml":         "alerts.young_min: 1m30s: want whole minutes",
 		"notifier_no_url.bad.yml":         "notifiers[0].url: required for type dingtalk",
 		"bad_durability.bad.yml":          `store.durability: must be queue, memory or off; got "none"`,
 		"bad_backend.bad.yml":             `store.backend: must be sqlite or clickhouse; got "postgres"`,

@@ -157,6 +157,13 @@ func (w *Windows) Window(from, to time.Time, sel window.Selector, by []string, q
 	return out
 }
 
+// Oldest is the fleet's first minute held, as Aggregator.Oldest.
+func (w *Windows) Oldest() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return window.OldestOf(w.minutes)
+}
+
 // Hour merges one closed UTC hour from the store (every replica's rows);
 // closed hours do not change, so each is read once and kept (up to 400).
 func (w *Windows) Hour(ctx context.Context, h time.Time, sel window.Selector, by []string, q window.Quantity) (map[string]*window.Group, error) {

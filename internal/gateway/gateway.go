@@ -109,6 +109,7 @@ type Gateway struct {
 	sampleN  uint32 // normal requests kept per 10,000
 	checkN   uint32 // tokenizer checks per 10,000 requests
 	counters *counters
+	systems  systemCounts // system prompts' token counts, by model and hash
 	event    func(store.Event)
 	prices   *cost.Table
 	limiter  quota.Limiter
@@ -315,6 +316,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	// loading: its estimate is then the prompt's bytes / 4 (quotas settle
 	// on the real count).
 	ct, loading := g.counters.lookup(rec.Model)
+	g.systems.count(rec, ct, cr.system)
 	var in int64 // the input estimate, when quotas or a long-input lane need it
 	if g.limiter != nil || g.routes.longLanes {
 		in = inputEstimate(rec, ct, body)

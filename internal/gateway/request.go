@@ -95,6 +95,9 @@ type clientRequest struct {
 	Prompt              json.RawMessage `json:"prompt"`
 	Input               json.RawMessage `json:"input"`
 	agentFields
+	// system is the system prompt's text (systemText), counted and
+	// hashed, never kept.
+	system string
 }
 
 type streamOptions struct {
@@ -160,6 +163,8 @@ func parseRequest(body []byte, endpoint string, rec *record.Record) (*clientRequ
 		}
 	}
 	rec.EndUser = cr.endUser()
+	cr.system = systemText(endpoint, &cr)
+	setSystem(rec, cr.system)
 	// The prompt is identified by hash and size only: its text is never kept.
 	sum := sha256.Sum256(prompt)
 	rec.PromptSHA256 = hex.EncodeToString(sum[:])

@@ -64,7 +64,7 @@ const (
 
 // strs lists the string fields in the binary form's order. The encoder
 // and the decoder share it, so they cannot drift apart.
-func (r *Record) strs() [27]*string {
+func (r *Record) strs() [28]*string {
 	return [...]*string{&r.RequestID, &r.LogicalRequestID, &r.TraceID, &r.SpanID, &r.UserID, &r.KeyID, &r.Team,
 		&r.BizLine, &r.SessionID, &r.TemplateID, &r.Endpoint, &r.Model, &r.ServedModel,
 		&r.Upstream, &r.Engine, &r.PromptSHA256, &r.ErrorType, &r.ErrorMessage,
@@ -72,12 +72,12 @@ func (r *Record) strs() [27]*string {
 		// v2
 		&r.ClientRequestID, &r.ParentSpanID, &r.ResponseID,
 		// added after v2 appeared, at the end
-		&r.EndUser, &r.NativeFinish}
+		&r.EndUser, &r.NativeFinish, &r.SystemSHA256}
 }
 
 // int64s lists the integer fields held as int64 (or a Duration); ints the
 // int ones. Shared by encoder and decoder, as strs.
-func (r *Record) int64s() [24]*int64 {
+func (r *Record) int64s() [25]*int64 {
 	m := &r.Marks
 	return [...]*int64{&r.PromptBytes, &r.RequestBytes, &r.ResponseBytes, &r.ContentBytes,
 		&r.Usage.InputTokens, &r.Usage.CachedInputTokens, &r.Usage.OutputTokens, &r.Usage.ReasoningTokens,
@@ -86,7 +86,7 @@ func (r *Record) int64s() [24]*int64 {
 		(*int64)(&m.FirstUpstreamToken), (*int64)(&m.FirstClientToken), (*int64)(&m.LastToken),
 		(*int64)(&m.LastUpstreamToken), (*int64)(&m.End),
 		// Added after v2 appeared, at the end.
-		(*int64)(&r.EngineTimingDue), &r.Usage.CacheWriteTokens, &r.Usage.CacheWrite1hTokens}
+		(*int64)(&r.EngineTimingDue), &r.Usage.CacheWriteTokens, &r.Usage.CacheWrite1hTokens, &r.SystemTokens}
 }
 
 func (r *Record) ints() [8]*int {

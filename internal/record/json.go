@@ -41,6 +41,8 @@ type jsonRecord struct {
 	TopP         *float64 `json:"top_p,omitempty"`
 	PromptSHA256 string   `json:"prompt_sha256,omitempty"`
 	PromptBytes  int64    `json:"prompt_bytes"`
+	SystemSHA256 string   `json:"system_sha256,omitempty"`
+	SystemTokens int64    `json:"system_tokens,omitempty"`
 	Messages     int      `json:"messages,omitempty"`
 	RequestBytes int64    `json:"request_bytes"`
 
@@ -201,7 +203,7 @@ func (r *Record) MarshalJSON() ([]byte, error) {
 		BizLine: r.BizLine, SessionID: r.SessionID, TemplateID: r.TemplateID, Tags: r.Tags,
 		Endpoint: r.Endpoint, EndUser: r.EndUser, Model: r.Model, ServedModel: r.ServedModel, Upstream: r.Upstream, Engine: r.Engine,
 		Stream: r.Stream, IncludeUsage: r.IncludeUsage, MaxTokens: r.MaxTokens, Temperature: r.Temperature,
-		TopP: r.TopP, PromptSHA256: r.PromptSHA256, PromptBytes: r.PromptBytes, Messages: r.Messages,
+		TopP: r.TopP, PromptSHA256: r.PromptSHA256, PromptBytes: r.PromptBytes, SystemSHA256: r.SystemSHA256, SystemTokens: r.SystemTokens, Messages: r.Messages,
 		RequestBytes: r.RequestBytes,
 		Status:       r.Status, UpstreamStatus: r.UpstreamStatus, ErrorType: r.ErrorType, ErrorMessage: r.ErrorMessage,
 		FinishReason: r.FinishReason, NativeFinish: r.NativeFinish, ResponseID: r.ResponseID, ResponseBytes: r.ResponseBytes, ContentChunks: r.ContentChunks,
@@ -254,7 +256,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		BizLine: j.BizLine, SessionID: j.SessionID, TemplateID: j.TemplateID, Tags: j.Tags,
 		Endpoint: j.Endpoint, EndUser: j.EndUser, Model: j.Model, ServedModel: j.ServedModel, Upstream: j.Upstream, Engine: j.Engine,
 		Stream: j.Stream, IncludeUsage: j.IncludeUsage, MaxTokens: j.MaxTokens, Temperature: j.Temperature,
-		TopP: j.TopP, PromptSHA256: j.PromptSHA256, PromptBytes: j.PromptBytes, Messages: j.Messages,
+		TopP: j.TopP, PromptSHA256: j.PromptSHA256, PromptBytes: j.PromptBytes, SystemSHA256: j.SystemSHA256, SystemTokens: j.SystemTokens, Messages: j.Messages,
 		RequestBytes: j.RequestBytes,
 		Status:       j.Status, UpstreamStatus: j.UpstreamStatus, ErrorType: j.ErrorType, ErrorMessage: j.ErrorMessage,
 		FinishReason: j.FinishReason, NativeFinish: j.NativeFinish, ResponseID: j.ResponseID, ResponseBytes: j.ResponseBytes, ContentChunks: j.ContentChunks,

@@ -234,6 +234,11 @@ type Record struct {
 	TopP         *float64
 	PromptSHA256 string // of the prompt part of the body (messages / prompt / input)
 	PromptBytes  int64
+	// SystemSHA256 is of the system prompt alone (chat's system and
+	// developer messages, Responses' instructions, Messages' system);
+	// SystemTokens its length in tokens (docs/metrics.md). Never the text.
+	SystemSHA256 string
+	SystemTokens int64
 	Messages     int
 	RequestBytes int64
 

@@ -109,6 +109,10 @@ var Fields = []Field{
 	// API's own finish reason (Anthropic's stop_reason, Responses' status).
 	str("end_user", func(r *record.Record) *string { return &r.EndUser }),
 	dim("native_finish_reason", func(r *record.Record) *string { return &r.NativeFinish }),
+
+	// The system prompt's own fingerprint and length (never its text).
+	str("system_sha256", func(r *record.Record) *string { return &r.SystemSHA256 }),
+	int64s("system_tokens", func(r *record.Record) *int64 { return &r.SystemTokens }),
 }
 
 // Field is one column of the ledger. Kind says how it is stored and which

@@ -94,6 +94,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/percentiles", a.read(a.percentiles))
 	a.mux.HandleFunc("GET /api/v1/overview", a.read(a.overview))
 	a.mux.HandleFunc("GET /api/v1/diagnose", a.read(a.diagnose))
+	a.mux.HandleFunc("GET /api/v1/why", a.read(a.whyChanged))
 	a.mux.HandleFunc("GET /api/v1/quotas", a.read(a.quotas))
 	a.mux.HandleFunc("GET /api/v1/reconciliations", a.read(a.listReconciliations))
 	a.mux.HandleFunc("GET /api/v1/reconciliations/{id}", a.read(a.getReconciliation))

@@ -58,6 +58,10 @@ type Aggregator struct {
 	flushed map[int64]bool           // minutes persisted (or loaded from the store)
 	from    int64                    // Unix s: Config.From, or the first Load or Flush
 	hourly  map[int64]bool           // hours persisted merged
+	first   int64                    // Unix s: the oldest minute ever held, 0 before any
+	// spend is each key's tokens per minute (memory only, Keep long):
+	// what runaway-spend alerts read (Spend).
+	spend map[int64]map[string]*KeyUsage
 
 	stored *Reader // closed hours read back from the store, kept
 }
@@ -83,6 +87,7 @@ func New(cfg Config, p Persister, log *slog.Logger, reg prometheus.Registerer) *
 			Help: "Finished requests left out of the alerting windows because the aggregator's queue was full (the ledger still has them).",
 		}),
 		minutes: map[int64]map[Key]*Stats{},
+		spend:   map[int64]map[string]*KeyUsage{},
 		flushed: map[int64]bool{},
 		hourly:  map[int64]bool{},
 	}
@@ -134,6 +139,7 @@ func (a *Aggregator) Add(r *record.Record) {
 			m += 60
 		}
 	}
+	a.seen(m)
 	series := a.minutes[m]
 	if series == nil {
 		series = map[Key]*Stats{}
@@ -145,6 +151,86 @@ func (a *Aggregator) Add(r *record.Record) {
 		series[k] = s
 	}
 	s.Add(r)
+	a.addSpend(m, r)
+}
+
+// KeyUsage is one API key's tokens over some minutes.
+type KeyUsage struct {
+	User     string
+	Requests int64
+	Tokens   int64 // input + output
+	// First is the key's first minute held: how much of its own history
+	// there is.
+	First time.Time
+}
+
+// maxSpendKeys bounds the keys tallied apart in one minute; the rest
+// count under OtherKey.
+const maxSpendKeys = 10000
+
+// OtherKey tallies the keys of a minute beyond maxSpendKeys.
+const OtherKey = "(other)"
+
+func (a *Aggregator) addSpend(m int64, r *record.Record) {
+	id := r.KeyID
+	if id == "" {
+		if r.UserID == "" {
+			return // no caller to name
+		}
+		id = "user:" + r.UserID
+	}
+	keys := a.spend[m]
+	if keys == nil {
+		keys = map[string]*KeyUsage{}
+		a.spend[m] = keys
+	}
+	u := keys[id]
+	if u == nil {
+		if len(keys) >= maxSpendKeys {
+			id = OtherKey
+			u = keys[id]
+		}
+		if u == nil {
+			u = &KeyUsage{User: r.UserID}
+			keys[id] = u
+		}
+	}
+	t := store.TotalsOf(r)
+	u.Requests += t.Requests
+	u.Tokens += t.Input + t.Output
+}
+
+// Spend sums each key's usage over the minutes of [from, to) held in
+// memory (Keep long; not persisted, so a restart starts every key
+// afresh), with each key's first minute held.
+func (a *Aggregator) Spend(from, to time.Time) map[string]KeyUsage {
+	f, t := Minute(from).Unix(), Minute(to).Unix()
+	out := map[string]KeyUsage{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for m, keys := range a.spend {
+		if m >= t {
+			continue
+		}
+		for id, u := range keys {
+			o, seen := out[id]
+			if !seen || time.Unix(m, 0).Before(o.First) {
+				o.First = time.Unix(m, 0).UTC()
+			}
+			if m >= f {
+				o.Requests += u.Requests
+				o.Tokens += u.Tokens
+				o.User = u.User
+			}
+			out[id] = o
+		}
+	}
+	for id, o := range out {
+		if o.Requests == 0 && o.Tokens == 0 {
+			delete(out, id) // only older minutes: not in the period
+		}
+	}
+	return out
 }
 
 // Load reads the last Keep of minutes back from the store, after a
@@ -169,6 +255,7 @@ func (a *Aggregator) Load(ctx context.Context, now time.Time) error {
 			continue
 		}
 		m := r.Minute.Unix()
+		a.seen(m)
 		series := a.minutes[m]
 		if series == nil {
 			series = map[Key]*Stats{}
@@ -277,6 +364,11 @@ func (a *Aggregator) Flush(ctx context.Context, now time.Time) {
 			delete(a.flushed, m)
 		}
 	}
+	for m := range a.spend {
+		if m < old {
+			delete(a.spend, m)
+		}
+	}
 	for h := range a.hourly {
 		if h+3600 < old {
 			delete(a.hourly, h)
@@ -357,6 +449,40 @@ func (a *Aggregator) Window(from, to time.Time, sel Selector, by []string, q Qua
 		}
 	}
 	return out
+}
+
+// Oldest is the first minute with any request the aggregator has held
+// (loaded from the store or seen since start; it stays when the minute
+// is forgotten), and false before any: how much history young baselines
+// can use (internal/alert).
+func (a *Aggregator) Oldest() (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.first == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(a.first, 0).UTC(), true
+}
+
+func (a *Aggregator) seen(m int64) {
+	if a.first == 0 || m < a.first {
+		a.first = m
+	}
+}
+
+// OldestOf is the smallest minute of ms, for minutes held elsewhere
+// (internal/fleet): Oldest's answer there.
+func OldestOf[V any](ms map[int64]V) (time.Time, bool) {
+	first, ok := int64(0), false
+	for m := range ms {
+		if !ok || m < first {
+			first, ok = m, true
+		}
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(first, 0).UTC(), true
 }
 
 // Group is one group of a window.

@@ -190,6 +190,9 @@ var migrations = []string{
 	CREATE INDEX requests_end_user ON requests (end_user, arrival) WHERE end_user != '';`,
 	// 17: the end-user rollups, filled from the ledger (backfills).
 	migration17,
+	// 18: the system prompt's own fingerprint and token length, for
+	// "what changed" and the prompt-change events.
+	addColumns("system_sha256", "system_tokens"),
 }
 
 // backfills fill, after the migrations in the same transaction, what a

@@ -122,14 +122,15 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and the columns migrations 11, 12, 14, 15 and 16 added, and the
-	// measure of migration 13.
+	// …and the columns migrations 11, 12, 14, 15, 16 and 18 added, and
+	// the measure of migration 13.
 	if _, err := s.w.ExecContext(ctx, "DROP INDEX requests_client_id; ALTER TABLE requests DROP COLUMN client_request_id;"+
 		"ALTER TABLE requests DROP COLUMN parent_span_id; ALTER TABLE requests DROP COLUMN response_id;"+
 		"ALTER TABLE requests DROP COLUMN engine_timing_due_ns;"+
 		"ALTER TABLE requests DROP COLUMN cache_write_tokens; ALTER TABLE requests DROP COLUMN cache_write_1h_tokens;"+
 		"ALTER TABLE requests DROP COLUMN tool_calls;"+
-		"DROP INDEX requests_end_user; ALTER TABLE requests DROP COLUMN end_user; ALTER TABLE requests DROP COLUMN native_finish_reason"); err != nil {
+		"DROP INDEX requests_end_user; ALTER TABLE requests DROP COLUMN end_user; ALTER TABLE requests DROP COLUMN native_finish_reason;"+
+		"ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tbl := range v2Tables {
@@ -177,6 +178,10 @@ func TestMigration17Backfills(t *testing.T) {
 		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// …and what migration 18 added.
+	if _, err := s.w.ExecContext(ctx, "ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens"); err != nil {
+		t.Fatal(err)
 	}
 	s = rewind(t, s, path, 17)
 	defer s.Close()

@@ -49,6 +49,8 @@ func Record(i int) *record.Record {
 		TopP:         &topP,
 		PromptSHA256: fmt.Sprintf("%064x", i*31+5),
 		PromptBytes:  int64(1000 + i),
+		SystemSHA256: fmt.Sprintf("%064x", i%3+11),
+		SystemTokens: int64(200 + i%3),
 		Messages:     3 + i%5,
 		RequestBytes: int64(1200 + i),
 

@@ -1140,6 +1140,33 @@
     out.append(groupTable('biz_line', ov.by_biz_line, 'ov-by-biz'), groupTable('model', ov.by_model, 'ov-by-model'));
   }
 
+  // ---- What changed (GET /api/v1/why) -----------------------------------
+  // Each message code of internal/why rendered from the catalogue, with
+  // its parameters; a code this page does not know shows its English text.
+  const WHY_MSG = {
+    'why.figure': (p) => t('why.figure', p), 'why.segment': (p) => t('why.segment', p), 'why.advice_queue': (p) => t('why.advice_queue', p),
+    'why.slice_slow': (p) => t('why.slice_slow', p), 'why.slice_rate': (p) => t('why.slice_rate', p), 'why.slice_mix': (p) => t('why.slice_mix', p),
+    'why.also': (p) => t('why.also', p), 'why.input': (p) => t('why.input', p), 'why.spread': (p) => t('why.spread', p),
+    'why.prompt': (p) => t('why.prompt', p), 'why.since': (p) => t('why.since', p), 'why.too_few': (p) => t('why.too_few', p),
+  };
+  // whyCard: what changed in the last 15 minutes against the hour before,
+  // each sentence linked to the requests behind it.
+  function whyCard(filters) {
+    const q = new URLSearchParams({ since: '15m', against: '1h' });
+    for (const k of ['model', 'biz_line', 'upstream']) if (filters[k]) q.set(k, filters[k]);
+    const body = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    const card = h('div', { class: 'card', 'data-testid': 'diag-why', 'data-api': 'why?' + q.toString() }, h('h2', {}, t('why.title')), h('p', { class: 'hint' }, t('why.hint')), body);
+    api('why?' + q.toString()).then((rep) => {
+      const items = (rep.messages || []).map((m) => {
+        const text = WHY_MSG[m.code] ? WHY_MSG[m.code](m.params || {}) : m.text;
+        const link = m.link && m.link.startsWith('/api/v1/requests?') ? '#/requests?range=custom&' + m.link.slice('/api/v1/requests?'.length) : null;
+        return h('li', { 'data-code': m.code }, link ? h('a', { href: link }, text) : text);
+      });
+      body.replaceChildren(items.length ? h('ol', { class: 'why' }, items) : h('p', { class: 'placeholder' }, t('cost.no_data')));
+    }).catch((err) => body.replaceChildren(errorBox(err)));
+    return card;
+  }
+
   // ---- Diagnostics ------------------------------------------------------
   const DIAG_FILTERS = ['model', 'biz_line', 'upstream'];
   async function pageDiagnostics(main, params) {
@@ -1151,6 +1178,7 @@
     const reqLink = h('a', { href: href('requests', '', requestsParams(w.fromISO, w.toISO, filters)), 'data-testid': 'diag-requests-link', class: 'button' }, t('diag.see_requests'));
     main.append(h('h1', {}, t('diag.title')), h('div', { class: 'card' }, rangeForm('diagnostics', w, params, DIAG_FILTERS),
       h('p', { class: 'hint' }, t('diag.hint')), h('p', {}, reqLink, filters.upstream ? h('span', { class: 'hint' }, ' ', t('diag.upstream_not_in_requests')) : null)));
+    main.append(whyCard(filters));
     const out = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
     main.append(out);
     const Q = ['ttft', 'tpot', 'e2e', 'gateway_queue', 'engine_queue'];
