@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -198,7 +201,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *cfgPath == "" {
 		log.Info("no config file: running on embedded defaults", "listen", cfg.Listen, "db", cfg.Store.SQLite.Path, "upstream", cfg.Upstreams[0].URL)
 	}
-	return serve(ctx, cfg, log, nil)
+	// SIGHUP reloads the file (systemd's ExecReload sends it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	opts := serveOptions{hup: hup}
+	if *cfgPath != "" {
+		opts.load = func() (*config.Config, error) { return loadConfig(*cfgPath, *listen, *upstream, *engine, *db) }
+	}
+	return serveWith(ctx, cfg, log, nil, opts)
 }
 
 // loadConfig reads the file (or the defaults) and applies flag overrides,
@@ -244,6 +255,11 @@ type serveOptions struct {
 	// firstPass is when the background jobs' first pass runs: a minute
 	// after start when zero, so it never competes with start-up traffic.
 	firstPass time.Duration
+	// load reads the configuration again for a live reload (the file and
+	// the flags); nil: serve cannot reload (no config file).
+	load func() (*config.Config, error)
+	// hup triggers a reload at each value (SIGHUP in production).
+	hup <-chan os.Signal
 }
 
 // serve runs the gateway until ctx is done, then drains: in-flight requests
@@ -363,9 +379,29 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	if len(cfg.Auth.Keys) == 0 {
 		log.Warn("no API keys configured: the gateway is open (any key or none is accepted; users are told apart by a hash of their key)")
 	}
+	// Live reload: SIGHUP and POST /api/v1/admin/reload put keys,
+	// upstreams, prices, quotas, alert rules and notifiers in force.
+	reloadTotal, reloadLast := newReloadMetrics(reg)
+	rl := &reloader{load: opts.load, started: cfg, log: log.With("component", "reload"), gw: gw, limiter: limiter,
+		engine: al.engine, notifiers: al.disp, newDisp: al.newDisp, total: reloadTotal, last: reloadLast}
+	if opts.hup != nil {
+		ingress.Go("reload", func(ctx context.Context) error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-opts.hup:
+					_, _ = rl.Reload() // logged and counted
+				}
+			}
+		})
+	}
 	// JSON API beside the proxy.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
 		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: st}
+	if opts.load != nil {
+		apiOpts.Reload = rl.Reload
+	}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -483,7 +519,8 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 type alerting struct {
 	win        *window.Aggregator
 	engine     *alert.Engine
-	disp       *notify.Dispatcher
+	disp       *notifierSwitch
+	newDisp    func(notify.Config) (*notify.Dispatcher, error) // a reload's dispatcher
 	lease      *fleet.Lease
 	fleetState *fleet.State
 }
@@ -504,12 +541,16 @@ func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Conf
 	if err := win.Load(ctx, time.Now()); err != nil {
 		log.Warn("could not reload the alerting windows; they start empty", "err", err)
 	}
-	disp, err := notify.New(cfg.Notifiers, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	newDisp := func(c notify.Config) (*notify.Dispatcher, error) {
+		return notify.New(c, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	}
+	d, err := newDisp(cfg.Notifiers)
 	if err != nil {
 		return nil, err
 	}
+	disp := &notifierSwitch{d: d, cfg: cfg.Notifiers}
 	stage.Defer(func() { _ = disp.Close() }) // after dedup has drained into it
-	a := &alerting{win: win, disp: disp}
+	a := &alerting{win: win, disp: disp, newDisp: newDisp}
 	var (
 		alertWin alert.Windows  = win
 		notifier alert.Notifier = disp

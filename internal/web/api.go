@@ -61,6 +61,10 @@ type Options struct {
 	// Captures are the captured text of slow or failed requests, read by
 	// admin tokens only (captures.go); nil answers 404.
 	Captures store.Captures
+	// Reload re-reads the config file and puts what can change live in
+	// force (POST /api/v1/admin/reload, admin only); it returns the keys
+	// that changed but need a restart. Nil answers 404.
+	Reload func() (needsRestart []string, err error)
 }
 
 // API is the /api/v1/ handler.
@@ -101,6 +105,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/reconciliations/{id}", a.read(a.getReconciliation))
 	a.mux.HandleFunc("GET /api/v1/captures", a.admin(a.listCaptures))
 	a.mux.HandleFunc("GET /api/v1/captures/{id}", a.admin(a.getCapture))
+	a.mux.HandleFunc("POST /api/v1/admin/reload", a.read(a.reload))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})
