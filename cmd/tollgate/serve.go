@@ -356,12 +356,14 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	// Gateway: the proxy. Every finished Record goes to the ledger first
 	// (its Sink), then to the observers in flow order.
 	gw, err := gateway.New(gateway.Options{
-		Config:         cfg,
-		Log:            log.With("component", "gateway"),
-		Metrics:        gwMetrics,
-		Sink:           lg.Append,
-		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
-		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Config:        cfg,
+		Log:           log.With("component", "gateway"),
+		Metrics:       gwMetrics,
+		Sink:          lg.Append,
+		CommitTimeout: cfg.Store.Queue.CommitTimeout,
+		// OpenMetrics when the scraper asks for it (Prometheus does): the
+		// latency histograms' exemplars are only in that format.
+		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}),
 		Ready:          storeReady(cfg, st),
 		Event:          events.Send,
 		Prices:         prices,
