@@ -336,6 +336,9 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		bg.Defer(func() { _ = c.Close() })
 	}
 	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
+	// Budgets: months and rolling windows beside the quota day, read
+	// from the store; those that enforce go in front of the quotas.
+	budgets, admission := startBudgets(bg, cfg, st, al.engine, limiter, log.With("component", "budget"))
 	gwMetrics := metrics.New(reg, labels)
 	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
 	if err != nil {
@@ -367,7 +370,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		Ready:          storeReady(cfg, st),
 		Event:          events.Send,
 		Prices:         prices,
-		Limiter:        limiter,
+		Limiter:        admission,
 		Joiner:         joiner,
 		Amend:          lg.Amend,
 		Observers:      observers,
@@ -403,6 +406,9 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: st}
 	if opts.load != nil {
 		apiOpts.Reload = rl.Reload
+	}
+	if budgets != nil {
+		apiOpts.Budgets = budgets.Statuses
 	}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {

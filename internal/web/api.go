@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
+	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/quota"
@@ -65,6 +66,9 @@ type Options struct {
 	// force (POST /api/v1/admin/reload, admin only); it returns the keys
 	// that changed but need a restart. Nil answers 404.
 	Reload func() (needsRestart []string, err error)
+	// Budgets lists the budgets' burn (GET /api/v1/budgets); nil answers
+	// an empty list.
+	Budgets func() []budget.Status
 }
 
 // API is the /api/v1/ handler.
@@ -106,6 +110,7 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/captures", a.admin(a.listCaptures))
 	a.mux.HandleFunc("GET /api/v1/captures/{id}", a.admin(a.getCapture))
 	a.mux.HandleFunc("POST /api/v1/admin/reload", a.read(a.reload))
+	a.mux.HandleFunc("GET /api/v1/budgets", a.read(a.budgets))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -1,6 +1,10 @@
 package web
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/tollgate-dev/tollgate/internal/budget"
+)
 
 // reload serves POST /api/v1/admin/reload: the same live reload as
 // SIGHUP (serve's Options.Reload), for admins only. A config that does
@@ -24,4 +28,14 @@ func (a *API) reload(w http.ResponseWriter, r *http.Request) {
 		restart = []string{}
 	}
 	writeJSON(w, map[string]any{"status": "reloaded", "needs_restart": restart})
+}
+
+// budgets serves GET /api/v1/budgets: each budget's burn in its current
+// period, as of the tracker's last read of the store.
+func (a *API) budgets(w http.ResponseWriter, r *http.Request) {
+	list := []budget.Status{}
+	if a.o.Budgets != nil {
+		list = append(list, a.o.Budgets()...)
+	}
+	writeJSON(w, map[string]any{"budgets": list})
 }
