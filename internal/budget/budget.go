@@ -328,7 +328,16 @@ func (t *Tracker) scopes(b Config) []quota.Scope {
 // usage sums a budget's input + output tokens and cost from its period's
 // start: one report query over the rollups.
 func (t *Tracker) usage(ctx context.Context, b Config, from, now time.Time) (tokens, cost int64, err error) {
-	q := store.ReportQuery{From: from, To: now.Add(time.Minute), Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}}
+	// The rollups answer whole hours: the query runs to the end of the
+	// current hour (a fixed period: to its end), so the hour in progress
+	// counts, and a rolling window starts at the top of its first hour.
+	to := now.Truncate(time.Hour).Add(time.Hour)
+	if b.Period == PeriodRolling {
+		from = from.Truncate(time.Hour)
+	} else if _, end := t.period(b, now); end.After(to) {
+		to = end
+	}
+	q := store.ReportQuery{From: from, To: to, Measures: []string{"input_tokens", "output_tokens", "cost_nanos"}}
 	var want map[string]bool
 	switch b.Scope {
 	case ScopeUser:
