@@ -140,7 +140,9 @@ engine_metrics: {interval: 0s}
 quotas:
   users:
     %s: {daily_tokens: 1000000}
-`, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID)
+budgets:
+  - {name: alice-month, scope: user, subject: %s, period: month, tokens: 50000000}
+`, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID, aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -473,6 +475,10 @@ quotas:
 		t.Errorf("budget burn shows %d rows, /api/v1/quotas %d", n, len(qs.Quotas))
 	}
 	checkClean("Cost, budget burn")
+	// Budgets: one card, one row per configured budget.
+	if n := eval(`document.querySelectorAll('[data-testid=budgets] tr[data-budget="alice-month"]').length`); n != 1 {
+		t.Errorf("the budgets card shows %d rows for alice-month, want 1", n)
+	}
 
 	// Reconciliation: one row per kept run with /api/v1/reconciliations'
 	// totals, the run over tolerance highlighted, and its link opening the
