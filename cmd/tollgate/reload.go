@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,7 +128,7 @@ func quotaConfigured(q quota.Config) bool {
 	return len(q.Keys)+len(q.Users)+len(q.BizLines) > 0 || q.Default != (quota.Defaults{})
 }
 
-func equalNotifiers(a, b notify.Config) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+func equalNotifiers(a, b notify.Config) bool { return reflect.DeepEqual(a, b) }
 
 // notifierSwitch is the alert.Notifier serve wires: the dispatcher in
 // force, replaced on reload. The old one drains what it queued and closes
