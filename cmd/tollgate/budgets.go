@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -21,7 +23,7 @@ const budgetInterval = time.Minute
 // startBudgets runs the budgets' tracker in the background stage and
 // returns it (nil when none is configured) with the limiter admission
 // uses: the budgets that enforce in front of the quotas.
-func startBudgets(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, alerts *alert.Engine, limiter quota.Limiter, log *slog.Logger) (*budget.Tracker, quota.Limiter) {
+func startBudgets(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, alerts *alert.Engine, limiter quota.Limiter, reg prometheus.Registerer, log *slog.Logger) (*budget.Tracker, quota.Limiter) {
 	if len(cfg.Budgets) == 0 {
 		return nil, limiter
 	}
@@ -32,6 +34,7 @@ func startBudgets(stage *lifecycle.Stage, cfg *config.Config, st store.Backend, 
 				alerts.Raise(context.Background(), budgetAlert(a), a.At, a.Until)
 			}
 		}})
+	reg.MustRegister(budget.NewCollector(t))
 	stage.Go("budgets", func(ctx context.Context) error { return t.Run(ctx, budgetInterval) })
 	for _, b := range cfg.Budgets {
 		if b.Enforce {

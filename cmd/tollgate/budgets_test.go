@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -76,6 +79,9 @@ func TestTeamBudgetEnforcedThroughServe(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the API, with a deadline
 	}
+	if v := counterGauge(t, addr, "tollgate_budget_usage_ratio", "budget", "platform-month"); v != 1.2 {
+		t.Errorf("tollgate_budget_usage_ratio{budget=platform-month} = %v, want 1.2", v)
+	}
 	chat := func(key string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
 			strings.NewReader(`{"model":"`+reloadModel+`","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
@@ -94,4 +100,27 @@ func TestTeamBudgetEnforcedThroughServe(t *testing.T) {
 	if code, body := chat("sk-team-b"); code != 200 {
 		t.Errorf("another team's key: %d %s", code, body)
 	}
+}
+
+// counterGauge reads one series of a gauge from a real scrape.
+func counterGauge(t *testing.T, addr, name, labelName, labelValue string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mfs[name].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == labelName && lp.GetValue() == labelValue {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

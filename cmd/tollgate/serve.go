@@ -338,7 +338,7 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
 	// Budgets: months and rolling windows beside the quota day, read
 	// from the store; those that enforce go in front of the quotas.
-	budgets, admission := startBudgets(bg, cfg, st, al.engine, limiter, log.With("component", "budget"))
+	budgets, admission := startBudgets(bg, cfg, st, al.engine, limiter, reg, log.With("component", "budget"))
 	gwMetrics := metrics.New(reg, labels)
 	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, log)
 	if err != nil {
