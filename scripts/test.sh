@@ -15,7 +15,10 @@ FUZZTIME="${FUZZTIME:-8s}"
 # tests (internal/store/clickhouse start one server per test binary);
 # redis-server: the shared quota counters' tests (internal/quota/redisquota,
 # cmd/tollgate), which start, kill and freeze their own servers.
-PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server redis-server)
+# systemd: systemd-analyze, for deploy/check's verify and security checks of
+# deploy/systemd/tollgate.service (installed, never started); procps: the
+# /bin/kill its ExecReload names, which verify requires to exist.
+PKGS=(prometheus chromium fonts-wqy-microhei clickhouse-server redis-server systemd procps)
 # nodejs, npm: only where the machine has no npm of its own, for
 # tools/mockllm (the fault table's third-party mock server) and
 # tools/sdkclients (the vendors' node SDKs).
@@ -52,6 +55,26 @@ VULNCHECK_STDLIB=warn tools/vulncheck/vulncheck.sh ./...
 
 # deploy/prometheus's Go tests run `promtool check rules` and `promtool test
 # rules` on the shipped rules (promtool comes with the prometheus package).
+
+# The deployment artefacts, each in a module of its own so Helm, the
+# Kubernetes types, the PromQL parser and go-containerregistry stay out of
+# tollgate's go.mod. Each builds tollgate statically, as the image does
+# (CGO_ENABLED=0 -trimpath); they run one after the other so the second
+# reuses the first's compiled packages and only links. About a minute
+# together on a warm build cache (+ one build of tollgate on a cold one):
+# - deploy/check: the Helm chart (helm lint; helm template for the default
+#   and scale-out values, every manifest decoded strictly into the
+#   Kubernetes and Prometheus Operator types; tollgate config check on the
+#   rendered ConfigMap), the systemd unit (systemd-analyze verify, with no
+#   warning; systemd-analyze security at most 2.0), the Grafana dashboard
+#   (every query parsed by Prometheus' parser, every metric present in a
+#   real tollgate's /metrics after traffic through the simulator).
+# - tools/image: the image assembled from the static binary, its config
+#   and files checked against the Containerfile; run with podman and
+#   /healthz reached only where podman exists (else the test skips, saying so).
+echo "== deploy artefacts (deploy/check, tools/image)"
+(cd deploy/check && GOWORK=off go test -count=1 -timeout 20m ./...)
+(cd tools/image && GOWORK=off go test -count=1 -timeout 20m ./...)
 
 echo "== Jaeger v2 for the trace-export test (a separate module; minutes on a cold machine)"
 TOLLGATE_JAEGER=$(tools/jaeger/build.sh)

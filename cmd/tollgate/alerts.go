@@ -44,7 +44,7 @@ func runAlerts(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runAlertsTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("alerts test", "alerts test [-v] FILE", stderr)
 	verbose := fs.Bool("v", false, "also print every firing and resolution")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

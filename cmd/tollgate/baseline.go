@@ -57,7 +57,7 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 	suitePath := fs.String("suite", "", "suite `file` (YAML: model, sampling, prompts)")
 	save := fs.String("save", "", "baseline `name` to save the run as")
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files (NAME.json)")
-	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else "+gatewayURL)
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,7 +75,7 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("--suite: %w", err)
 	}
-	b, err := baseline.Run(ctx, s, *baseURL, baselineHeader(*apiKey))
+	b, err := baseline.Run(ctx, s, baselineURL(*baseURL, s, ""), baselineHeader(*apiKey))
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	if failed == len(b.Samples) {
-		return fmt.Errorf("every request of the suite failed (first: %s); nothing saved", b.Samples[0].Error)
+		return fmt.Errorf("every request of the suite failed (first: %s); nothing saved%s", b.Samples[0].Error, authHint(b.Samples[0].Error))
 	}
 	if err := baseline.Save(*dir, b); err != nil {
 		return fmt.Errorf("save baseline: %w", err)
@@ -98,30 +98,28 @@ func runBaselineRun(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("baseline compare", "baseline compare NAME [--suite FILE | --against NAME] [--format text|json]", stderr)
+	fs := newFlagSet("baseline compare", `baseline compare NAME [--suite FILE | --against NAME] [--format text|json]
+
+Exit status: 0 no drift; 1 drift (or an error); 2 a usage error;
+3 inconclusive: requests of the run failed, so nothing is concluded.`, stderr)
 	suitePath := fs.String("suite", "", "suite `file` to run now and compare (the same one the baseline ran)")
 	against := fs.String("against", "", "compare with this saved baseline `name` instead of running the suite")
 	save := fs.String("save", "", "also save the new run under this `name`")
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
-	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's, else "+gatewayURL)
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
 	ratio := fs.Float64("latency-ratio", 1.5, "a latency drifts when its median grows by this `factor` (and the KS test agrees)")
 	share := fs.Float64("length-share", 0.1, "output length drifts when its mean moves by this `share` (and the KS test agrees)")
 	format := fs.String("format", "text", "report `format`: text or json")
-	// NAME may come before or after the flags.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate baseline compare: unexpected argument %q\n", fs.Arg(0))
+	var name string
+	if fs.NArg() > 1 {
+		fmt.Fprintf(stderr, "tollgate baseline compare: unexpected argument %q (one baseline NAME)\n", fs.Arg(1))
 		return errUsage
 	}
+	name = fs.Arg(0)
 	switch {
 	case name == "":
 		return errors.New("baseline compare: the baseline NAME is required")
@@ -148,11 +146,7 @@ func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Wr
 		if err != nil {
 			return fmt.Errorf("--suite: %w", err)
 		}
-		url := *baseURL
-		if url == "" && s.BaseURL == "" {
-			url = base.BaseURL
-		}
-		if cur, err = baseline.Run(ctx, s, url, baselineHeader(*apiKey)); err != nil {
+		if cur, err = baseline.Run(ctx, s, baselineURL(*baseURL, s, base.BaseURL), baselineHeader(*apiKey)); err != nil {
 			return err
 		}
 		cur.Name = *save
@@ -173,10 +167,25 @@ func runBaselineCompare(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	if r.Drift {
+	switch {
+	case r.Inconclusive:
+		return &exitError{code: exitInconclusive, msg: r.Verdict + authHint(r.FirstError)}
+	case r.Drift:
 		return errDrift
 	}
 	return nil
+}
+
+// baselineURL is the endpoint a run goes to: --base-url, else the suite's
+// base_url, else the saved baseline's (saved is "" for run), else a
+// gateway on its default address.
+func baselineURL(flag string, s *baseline.Suite, saved string) string {
+	for _, u := range []string{flag, s.BaseURL, saved} {
+		if u != "" {
+			return u
+		}
+	}
+	return gatewayURL
 }
 
 // runBaselineWatch runs the suite on the schedule of its `schedule:`
@@ -192,7 +201,7 @@ func runBaselineWatch(ctx context.Context, args []string, stdout, stderr io.Writ
 	runs := fs.Int("runs", 0, "stop after this many runs (0: until stopped)")
 	cfgPath := fs.String("config", "", "tollgate config `file` whose notifiers receive the alerts; without it alerts are logged to stderr")
 	dir := fs.String("dir", "baselines", "`directory` of the baseline files")
-	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's")
+	baseURL := fs.String("base-url", "", "endpoint `URL` (…/v1); default the suite's base_url, else the baseline's, else "+gatewayURL)
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -223,10 +232,7 @@ func runBaselineWatch(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	url := *baseURL
-	if url == "" && s.BaseURL == "" {
-		url = base.BaseURL
-	}
+	url := baselineURL(*baseURL, s, base.BaseURL)
 
 	// Notifiers: tollgate's own, from its config; else a log notifier.
 	log := slog.New(slog.NewTextHandler(stderr, nil))

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/loadgen"
 )
 
@@ -24,11 +25,11 @@ const benchSynopsis = `bench [--base-url URL] [--model M] [--rate R | --concurre
 // Flags only; the engine is internal/loadgen.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", benchSynopsis, stderr)
-	baseURL := fs.String("base-url", "http://127.0.0.1:8080/v1", "OpenAI-compatible base `URL` (tollgate's default listen address)")
+	baseURL := fs.String("base-url", gatewayURL, "OpenAI-compatible base `URL` (tollgate's default listen address)")
 	model := fs.String("model", "", "model `name`; default: the first one the endpoint lists at /models (replaces the prompt file's)")
 	apiKey := fs.String("api-key", "", "bearer `key` (default $OPENAI_API_KEY)")
 	headers := &stringList{}
-	fs.Var(headers, "header", "extra request header `'Name: value'` (repeatable), e.g. X-Biz-Line: bench")
+	fs.Var(headers, "header", "extra request header `'Name: value'` (repeatable), e.g. '"+config.Default().Headers.BizLine+": bench' (tollgate's business-line header)")
 	// Load.
 	rate := fs.Float64("rate", 0, "open loop: requests per `second`; 0 runs a closed loop at --concurrency")
 	arrival := fs.String("arrival", loadgen.ArrivalPoisson, "open-loop arrival `process`: poisson or constant")
@@ -36,7 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	numPrompts := fs.Int("num-prompts", 0, "requests to send (default 100 unless --duration is set)")
 	duration := fs.Duration("duration", 0, "stop sending after this `long` (and wait for the last answers)")
 	seed := fs.Uint64("seed", 1, "seed of the arrival process and the synthetic prompts")
-	warmup := fs.Int("warmup", 1, "requests sent (and not measured) before the run, to open connections and check the endpoint")
+	warmup := fs.Int("warmup", 1, "requests sent (and not measured) before the run, to open connections and check the endpoint; failures are reported, not fatal")
 	timeout := fs.Duration("timeout", 10*time.Minute, "per-request `timeout`")
 	// Workload.
 	prompts := fs.String("prompts", "", "JSONL `file` of OpenAI request bodies (chat \"messages\" or completions \"prompt\"), used in order")
@@ -53,10 +54,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when it is a terminal), always, never")
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -127,8 +124,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *warmup < 0 {
 		return fmt.Errorf("--warmup: must not be negative, got %d", *warmup)
 	}
-	if err := loadgen.Warmup(ctx, w, client.Send, *warmup, conns); err != nil {
-		return fmt.Errorf("the endpoint failed before the run (--warmup 0 skips this check): %w", err)
+	if wr := loadgen.Warmup(ctx, w, client.Send, *warmup, conns); wr.Failed > 0 {
+		fmt.Fprintf(stderr, "tollgate bench: warm-up: %d of %d requests failed, each tried %d times (first: %v)%s; the run goes on\n",
+			wr.Failed, wr.Requests, loadgen.WarmupAttempts, wr.FirstErr, authHint(errText(wr.FirstErr)))
+	} else if wr.Retried > 0 {
+		fmt.Fprintf(stderr, "tollgate bench: warm-up: %d of %d requests failed once and answered when tried again\n", wr.Retried, wr.Requests)
 	}
 
 	var report loadgen.Progress
@@ -170,7 +170,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bench interrupted after %d requests: %w", len(run.Results), ctx.Err())
 	}
 	if s.Completed == 0 && s.Failed > 0 {
-		return fmt.Errorf("all %d requests failed (first: %v)", s.Failed, run.Results[0].Err)
+		return fmt.Errorf("all %d requests failed (first: %v)%s", s.Failed, run.Results[0].Err, authHint(errText(run.Results[0].Err)))
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func firstModel(ctx context.Context, c *loadgen.Client) (string, error) {
 		} `json:"data"`
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("could not list models: GET %s/models answered %s", c.BaseURL, resp.Status)
+		return "", fmt.Errorf("could not list models: GET %s/models answered %s%s", c.BaseURL, resp.Status, authHint(fmt.Sprintf("HTTP %d", resp.StatusCode)))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) == 0 || list.Data[0].ID == "" {
 		return "", fmt.Errorf("GET %s/models listed no model", c.BaseURL)
@@ -232,4 +232,12 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -76,7 +76,10 @@ func runRerate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // runReconcile compares a provider's usage export with the ledger.
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("reconcile", "reconcile --bill FILE [--bill-format openai|generic --map day=COL,model=COL,...] [--db PATH] [--json]", stderr)
+	fs := newFlagSet("reconcile", `reconcile --bill FILE [--bill-format openai|generic --map day=COL,model=COL,...] [--db PATH] [--json]
+
+Exit status, by the worst line's severity: 0 ok or every difference explained;
+3 warning; 4 critical; 1 an error; 2 a usage error.`, stderr)
 	billPath := fs.String("bill", "", "the provider's usage export (CSV) (required)")
 	format := fs.String("bill-format", "openai", "openai (usage export / Usage API fields) or generic (with --map)")
 	mapping := fs.String("map", "", "generic CSV columns: day=,day_layout=,model=,key=,requests=,input=,cached=,cache_write=,output=,cost=,currency=,cost_currency= (a count may sum columns: cache_write=A+B)")
@@ -133,9 +136,32 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(stdout)
 	}
-	return rep.WriteText(stdout)
+	if err != nil {
+		return err
+	}
+	return reconcileExit(rep)
+}
+
+// reconcileExit turns the report's severity into the exit status, so a
+// scheduled reconciliation can page on what it found.
+func reconcileExit(rep cost.Report) error {
+	over := 0
+	for _, ln := range rep.Lines {
+		if ln.Severity >= cost.SeverityWarning {
+			over++
+		}
+	}
+	switch rep.Severity {
+	case cost.SeverityCritical:
+		return &exitError{code: exitCritical, msg: fmt.Sprintf("reconciliation critical: %d of %d lines beyond tolerance", over, len(rep.Lines))}
+	case cost.SeverityWarning:
+		return &exitError{code: exitWarning, msg: fmt.Sprintf("reconciliation warning: %d of %d lines beyond tolerance", over, len(rep.Lines))}
+	}
+	return nil
 }
 
 func readBill(path, format, mapping string) ([]cost.BillLine, error) {

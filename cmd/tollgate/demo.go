@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/sim"
 )
 
@@ -29,6 +30,23 @@ var demoUsers = []struct{ key, user, biz string }{
 }
 
 const demoModel = "Qwen/Qwen3-8B"
+
+// demoPriceText says the demo's prices are made up, and what they are.
+func demoPriceText() string {
+	p := demoPrices()[0]
+	return fmt.Sprintf("demo figures, %s per 1M tokens: %s input, %s cached, %s cache write, %s output",
+		p.Currency, p.Input, p.CachedInput, p.CacheWrite, p.Output)
+}
+
+// demoPrices are the demo's price table, in USD per 1M tokens: DEMO
+// FIGURES, of the order hosted 8B models are sold at, so that the cost
+// views show amounts rather than 0 or "—". They are no quote of any
+// provider; a real deployment sets its own under prices: in its config.
+func demoPrices() []cost.Price {
+	usd := func(s string) *cost.Decimal { d := cost.MustDecimal(s); return &d }
+	return []cost.Price{{Model: demoModel, Currency: "USD",
+		Input: usd("0.20"), CachedInput: usd("0.05"), CacheWrite: usd("0.25"), Output: usd("0.80")}}
+}
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", "demo [--duration D] [--rate R] [--db PATH] [--listen ADDR] [--sim-listen ADDR]", stderr)
@@ -72,6 +90,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Upstreams = []config.Upstream{{Name: "sim", URL: "http://" + sa + "/v1", Engine: "vllm", Models: []string{demoModel}}}
 	cfg.ShutdownGrace = 5 * time.Second
 	cfg.OTLP.HTTPListen, cfg.OTLP.GRPCListen = otlpAddr, ""
+	cfg.Prices = demoPrices()
 	for _, u := range demoUsers {
 		cfg.Auth.Keys = append(cfg.Auth.Keys, config.Key{KeySHA256: config.HashKey(u.key), UserID: u.user, BizLine: u.biz})
 	}
@@ -97,6 +116,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
   metrics            http://%[2]s/metrics
   dashboard          http://%[2]s/ui/
   ledger             %[3]s
+  prices             %[5]s
 
 Try, in another terminal:
   go run ./cmd/tollgate requests --db %[3]s
@@ -104,7 +124,7 @@ Try, in another terminal:
   curl -s http://%[2]s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' \
     -d '{"model":"%[4]s","messages":[{"role":"user","content":"hello"}]}'
 
-`, sa, ga, *db, demoModel)
+`, sa, ga, *db, demoModel, demoPriceText())
 
 	// 3. Sample traffic until the demo is stopped; --duration counts from
 	// here, so a slow start-up does not eat it.

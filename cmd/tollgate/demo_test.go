@@ -21,6 +21,7 @@ func TestDemoAgentTraffic(t *testing.T) {
 	up := startSimServer(t, sim.Config{Models: []string{demoModel}, Seed: 3})
 	cfg := shutdownConfig(t, up, 0)
 	cfg.Upstreams[0].Models = []string{demoModel}
+	cfg.Prices = demoPrices()
 	addr, cancel, wait := startServe(t, cfg)
 	rng := rand.New(rand.NewPCG(7, 42))
 	system := "You are a helpful assistant for an online shop."
@@ -68,7 +69,11 @@ func TestDemoAgentTraffic(t *testing.T) {
 			var r struct {
 				Endpoint string `json:"endpoint"`
 				EndUser  string `json:"end_user"`
-				Usage    struct {
+				Cost     struct {
+					Nanos    int64  `json:"nanos"`
+					Currency string `json:"currency"`
+				} `json:"cost"`
+				Usage struct {
 					Input      int64 `json:"input_tokens"`
 					Output     int64 `json:"output_tokens"`
 					Cached     int64 `json:"cached_input_tokens"`
@@ -79,7 +84,7 @@ func TestDemoAgentTraffic(t *testing.T) {
 			if err := json.Unmarshal([]byte(l), &r); err != nil {
 				t.Fatalf("%v: %s", err, l)
 			}
-			if r.Endpoint != ep || r.Usage.Input == 0 || r.Usage.Output == 0 || !strings.HasPrefix(r.EndUser, "shopper-") {
+			if r.Endpoint != ep || r.Usage.Input == 0 || r.Usage.Output == 0 || !strings.HasPrefix(r.EndUser, "shopper-") || r.Cost.Nanos <= 0 || r.Cost.Currency != "USD" {
 				t.Errorf("row %s", l)
 			}
 			cache += r.Usage.Cached + r.Usage.CacheWrite

@@ -14,7 +14,7 @@ import (
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("explain", "explain [--db PATH | --config FILE] REQUEST_ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

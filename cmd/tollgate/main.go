@@ -14,10 +14,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	_ "time/tzdata" // store.timezone and quota days work on hosts without tzdata
 
+	"github.com/tollgate-dev/tollgate/internal/buildinfo"
 	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
@@ -56,9 +56,18 @@ Usage:
   tollgate store    copy --from DB --config FILE | export [--db PATH] | import --config FILE
                     move a ledger (and its events and alerting windows) from SQLite to ClickHouse;
                     export and import carry it as JSON lines
-  tollgate version  print the version
+  tollgate config   check --config FILE
+                    load and validate a config file as serve would, and stop
+  tollgate version  print the version, VCS revision and time, modified flag and Go version
 
 Run "tollgate COMMAND -h" for the flags of a command.
+
+Flags and arguments may come in any order after the command ("requests show
+ID --db PATH"); "--" ends the flags.
+
+Exit status: 0 success, 1 an error, 2 a usage error; reconcile exits 3 on a
+warning and 4 on a critical mismatch; baseline compare exits 1 on drift and 3
+when it is inconclusive (requests failed).
 `
 
 // errUsage means the command line was wrong; the message was printed.
@@ -68,10 +77,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	var ex *exitError
 	switch {
 	case err == nil:
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
+	case errors.As(err, &ex):
+		fmt.Fprintln(os.Stderr, "tollgate:", err)
+		os.Exit(ex.code)
 	default:
 		fmt.Fprintln(os.Stderr, "tollgate:", err)
 		os.Exit(1)
@@ -121,8 +134,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runBenchSoak(ctx, rest[1:], stdout, stderr)
 		}
 		return runBench(ctx, rest, stdout, stderr)
+	case "config":
+		return runConfig(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "tollgate", version())
+		fmt.Fprint(stdout, buildinfo.Read())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usageText)
@@ -131,24 +146,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n%s", cmd, usageText)
 		return errUsage
 	}
-}
-
-// version is the module version when built from a tagged module, else the
-// VCS revision the build recorded, else "dev".
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "dev-" + s.Value[:12]
-		}
-	}
-	return "dev"
 }
 
 // newLogger builds the process logger from the config's log section.
@@ -172,14 +169,4 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	return nil
 }

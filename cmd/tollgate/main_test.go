@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -71,11 +72,22 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo sent %d requests, ledger has %d rows", sent, len(recs))
 	}
 	users := map[string]bool{}
+	priced := 0
 	for _, r := range recs {
 		users[r.UserID] = true
 		if r.Usage.Source == record.SourceEngine && r.Usage.InputTokens == 0 {
 			t.Errorf("request %s: engine usage without input tokens", r.RequestID)
 		}
+		// The demo's prices rate every request that used tokens.
+		if r.Usage.InputTokens+r.Usage.OutputTokens > 0 {
+			if r.Cost.Nanos <= 0 || r.Cost.Currency != "USD" {
+				t.Errorf("request %s: %d tokens cost %d nanos %q, want a USD amount", r.RequestID, r.Usage.Total(), r.Cost.Nanos, r.Cost.Currency)
+			}
+			priced++
+		}
+	}
+	if priced == 0 {
+		t.Error("no demo request used tokens")
 	}
 	if len(users) < 2 {
 		t.Errorf("demo traffic came from %d users, want several", len(users))
@@ -89,7 +101,7 @@ func TestDemo(t *testing.T) {
 	if err != nil || len(samples) == 0 || !samples[0].Up {
 		t.Errorf("engine samples after the demo: %d (err %v), want the simulator scraped", len(samples), err)
 	}
-	for _, want := range []string{"/metrics", "requests --db " + db} {
+	for _, want := range []string{"/metrics", "requests --db " + db, "prices             demo figures, USD per 1M tokens"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
@@ -286,6 +298,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"requests", "--limit", "0"}, "usage"},
 		{[]string{"requests", "show"}, "usage"},
 		{[]string{"demo", "--rate", "-1"}, "usage"},
+		{[]string{"config"}, "usage"},
+		{[]string{"config", "check"}, "usage"},
+		{[]string{"config", "check", "--config", bad}, "upstreams[0].engin: unknown key (line 5)"},
 	}
 	for _, tc := range cases {
 		_, _, err := runCmd(t, tc.args...)
@@ -298,8 +313,18 @@ func TestCommandLineErrors(t *testing.T) {
 			t.Errorf("%v: %v, want it to mention %q", tc.args, err, tc.wantErr)
 		}
 	}
-	if out, _, err := runCmd(t, "version"); err != nil || !strings.HasPrefix(out, "tollgate ") {
-		t.Errorf("version: %q %v", out, err)
+	for _, arg := range []string{"version", "--version"} {
+		out, _, err := runCmd(t, arg)
+		if err != nil || !strings.HasPrefix(out, "tollgate ") || !strings.Contains(out, "\n  revision: ") || !strings.Contains(out, "\n  go:       go1.") {
+			t.Errorf("%s: %q %v", arg, out, err)
+		}
+	}
+	good := filepath.Join(t.TempDir(), "good.yml")
+	if err := os.WriteFile(good, []byte("listen: 127.0.0.1:1\nupstreams:\n  - {name: a, url: \"http://127.0.0.1:1/v1\", engine: vllm}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCmd(t, "config", "check", "--config", good); err != nil || !strings.Contains(out, ": ok (listen 127.0.0.1:1, store sqlite, 1 upstreams)") {
+		t.Errorf("config check %s: %q %v", good, out, err)
 	}
 }
 
@@ -338,11 +363,13 @@ func TestRerateAndReconcileCLI(t *testing.T) {
 			Side  string `json:"side"`
 		} `json:"lines"`
 	}
-	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Lines) != 2 {
+	// model-1 is in the ledger only: critical, exit status 4.
+	var ex *exitError
+	if !errors.As(err, &ex) || ex.code != exitCritical || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Lines) != 2 {
 		t.Errorf("reconcile (err %v):\n%s", err, out)
 	}
 	// The run is kept in the ledger file for the dashboard, unless --no-save.
-	if _, _, err := runCmd(t, "reconcile", "--bill", bill, "--bill-format", "generic", "--map", "day=day,model=model,input=input,output=output", "--db", db, "--no-save"); err != nil {
+	if _, _, err := runCmd(t, "reconcile", "--bill", bill, "--bill-format", "generic", "--map", "day=day,model=model,input=input,output=output", "--db", db, "--no-save"); !errors.As(err, &ex) {
 		t.Errorf("reconcile --no-save: %v", err)
 	}
 	runs, err := billing.OpenRuns(context.Background(), db)

@@ -44,10 +44,6 @@ func runBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate bench overhead: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
-	}
 	switch *role {
 	case "":
 	case "mock":

@@ -32,21 +32,18 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format := fs.String("format", "table", "table, json or csv")
 	limit := fs.Int("limit", 20, "rows of ranked reports (top, waste)")
 	where := map[store.Dim]*string{}
-	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey, store.DimEndUser} {
 		where[d] = fs.String(string(d), "", "only this "+strings.ReplaceAll(string(d), "_", " "))
 	}
-	// The kind comes first: "tollgate report users --from …".
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
+	// The kind is the one positional, before or after the flags.
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
 		fs.Usage()
 		return errUsage
 	}
-	kind := args[0]
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
+	kind := fs.Arg(0)
 	// The store is opened first: without --tz its time zone
 	// (store.timezone) is the one dates are read in.
 	var zone *time.Location

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -34,7 +35,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.EndUser, "end-user", "", "only requests whose body named this end user (user, safety_identifier, metadata.user_id)")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -66,7 +67,24 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	if len(recs) == 0 {
-		fmt.Fprintln(stdout, "no requests recorded yet")
+		// "Recorded yet" only when nothing filtered the rows out.
+		var filters []string
+		fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "db", "config", "limit", "json":
+			default:
+				if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+					filters = append(filters, "--"+fl.Name)
+				} else {
+					filters = append(filters, "--"+fl.Name+" "+strconv.Quote(fl.Value.String()))
+				}
+			}
+		})
+		if len(filters) > 0 {
+			fmt.Fprintf(stdout, "no requests match %s\n", strings.Join(filters, " "))
+		} else {
+			fmt.Fprintln(stdout, "no requests recorded yet")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -88,7 +106,7 @@ func runRequestsShow(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("requests show", "requests show [--db PATH | --config FILE] [--json] ID", stderr)
 	lf := addLedgerFlags(fs, "SQLite ledger `path`")
 	asJSON := fs.Bool("json", false, "print the JSON record(s)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

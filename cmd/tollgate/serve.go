@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
 	"github.com/tollgate-dev/tollgate/internal/billing"
+	"github.com/tollgate-dev/tollgate/internal/buildinfo"
 	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/cost"
@@ -279,7 +280,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, started ch
 func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, started chan<- string, opts serveOptions) (err error) {
 	// Metrics registry: passed to every component, never global.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Metric(buildinfo.Read()))
 	rt := lifecycle.New(log)
 	defer func() {
 		if serr := rt.Stop(); serr != nil {
@@ -455,8 +457,17 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 	// gateway's handler applies it itself): the API and the dashboard read
 	// none, but the server reads what is sent before the next request.
 	mux.Handle("/api/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, api))
-	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/"))) // the dashboard, reading /api/
+	mux.Handle("/ui/", gateway.BodyDeadline(cfg.Limits.BodyTimeout, ui.Handler("/ui/", buildinfo.Read().Short()))) // the dashboard, reading /api/
 	mux.Handle("/", gw.Handler())
+	// A browser pointed at the gateway itself lands on the dashboard; any
+	// other path at the root stays the gateway's (an OpenAI-style 404).
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		to := "/ui/"
+		if r.URL.RawQuery != "" {
+			to += "?" + r.URL.RawQuery // e.g. ?lang=zh
+		}
+		http.Redirect(w, r, to, http.StatusFound)
+	})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)

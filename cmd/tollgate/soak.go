@@ -34,10 +34,6 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tollgate bench soak: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
-	}
 	var err error
 	if o.Exe, err = os.Executable(); err != nil {
 		return fmt.Errorf("find the tollgate binary: %w", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -44,8 +45,9 @@ type uiRecord struct {
 		Source       string `json:"source"`
 	} `json:"usage"`
 	Timing struct {
-		TTFT *float64 `json:"ttft_ms"`
-		E2E  float64  `json:"e2e_ms"`
+		Arrival time.Time `json:"arrival"`
+		TTFT    *float64  `json:"ttft_ms"`
+		E2E     float64   `json:"e2e_ms"`
 	} `json:"timing"`
 	TokenTimeline [][2]float64 `json:"token_timeline"`
 }
@@ -142,6 +144,10 @@ quotas:
     %s: {daily_tokens: 1000000}
 budgets:
   - {name: alice-month, scope: user, subject: %s, period: month, tokens: 50000000}
+alerts:
+  interval: 1s
+  rules:
+    - {name: ui_error_share, signal: error_rate, windows: [1m], threshold: {warning: 0.01}, min_requests: 1}
 `, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID, aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
@@ -243,7 +249,8 @@ budgets:
 		t.Helper()
 		out, errOut, err := runCmd(t, append([]string{"reconcile", "--bill", bill, "--bill-format", "generic", "--db", db,
 			"--map", "day=day,model=model,requests=requests,input=input,cached=cached,output=output"}, more...)...)
-		if err != nil {
+		var severity *exitError // a mismatch's exit status, not a failure
+		if err != nil && !errors.As(err, &severity) {
 			t.Fatalf("reconcile %s: %v\n%s", bill, err, errOut)
 		}
 		return out
@@ -268,7 +275,7 @@ budgets:
 
 	// The browser, with every console error and uncaught exception kept.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1360, 900), chromedp.Flag("lang", "en-US"))
+		chromedp.WindowSize(1360, 900), chromedp.Flag("lang", "en-US"), chromedp.Env("TZ=Asia/Shanghai"))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelA()
 	ctx, cancelB := chromedp.NewContext(actx)
@@ -330,13 +337,15 @@ budgets:
 		}
 		t.Logf("screenshot %s", p)
 	}
+	// textOf is sel's text; numbers are shown with thousands separators,
+	// which it drops so they compare with the API's.
 	textOf := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 		if err != nil {
 			t.Fatalf("read %s: %v", sel, err)
 		}
-		return strings.TrimSpace(s)
+		return strings.ReplaceAll(strings.TrimSpace(s), ",", "")
 	}
 	attr := func(sel, name string) string { // "" when sel matches nothing
 		t.Helper()
@@ -660,7 +669,7 @@ budgets:
 			dgTotal += r.Requests
 		}
 	}
-	if got := str(`String([...document.querySelectorAll('[data-testid=diag-input] tbody tr td:nth-child(2)')].reduce((a, td) => a + Number(td.textContent), 0))`); got != strconv.FormatInt(dgTotal, 10) || dgTotal == 0 {
+	if got := str(`String([...document.querySelectorAll('[data-testid=diag-input] tbody tr td:nth-child(2)')].reduce((a, td) => a + Number(td.textContent.replace(/,/g, '')), 0))`); got != strconv.FormatInt(dgTotal, 10) || dgTotal == 0 {
 		t.Errorf("latency by input length counts %q requests, /api/v1/diagnose %d", got, dgTotal)
 	}
 	if n := eval(`document.querySelectorAll('[data-testid=diag-engine] [data-testid^=chart-engine]').length`); n != 2 {
@@ -728,4 +737,258 @@ budgets:
 	noKeys("reconciliation run (zh)")
 	checkClean("reconciliation run (zh)")
 	shot("reconciliation_run_zh")
+
+	uiExactRanges(t, ctx, base, list.Requests, shot, checkClean)
+}
+
+// The page checks of issue 20, as JavaScript run in the page.
+const (
+	// overflowJS lists what sticks out: the page wider than the window, a
+	// card past the window's edge, an element past its card's edge (what
+	// is inside a table's own scroll box scrolls there: the box itself must
+	// fit its card), a tile whose text is cut.
+	overflowJS = `(() => {
+		const bad = [], vw = document.documentElement.clientWidth;
+		const name = (el) => el.tagName.toLowerCase() + (el.dataset.testid ? '[' + el.dataset.testid + ']' : '') + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '');
+		if (document.documentElement.scrollWidth > vw + 1) bad.push('page ' + document.documentElement.scrollWidth + ' px wide in a ' + vw + ' px window');
+		for (const c of document.querySelectorAll('.card, header.top')) {
+			const r = c.getBoundingClientRect();
+			if (r.width === 0) continue;
+			if (r.right > vw + 1) bad.push(name(c) + ' ends at ' + Math.round(r.right) + ' px, window ' + vw);
+			for (const el of c.querySelectorAll('*')) {
+				const box = el.parentElement && el.parentElement.closest('.scroll');
+				if (box && c.contains(box)) continue;
+				const e = el.getBoundingClientRect();
+				if (e.width > 0 && e.right > r.right + 1) { bad.push(name(el) + ' in ' + name(c) + ': ' + Math.round(e.right) + ' > ' + Math.round(r.right)); break; }
+			}
+		}
+		for (const f of document.querySelectorAll('.figure')) if (f.scrollWidth > f.clientWidth + 1) bad.push('tile cut: ' + f.textContent);
+		return JSON.stringify(bad.slice(0, 8));
+	})()`
+	// englishJS lists English words shown on a Chinese page: runs of three
+	// or more ASCII letters, outside code (ids, rule names), the language
+	// selector and the allowed units, acronyms and test data.
+	englishJS = `(() => {
+		// Units and terms of art kept in Chinese text (Token, Trace ID, RFC
+		// 3339, Batch API), config keys and commands the text names
+		// (prices, reconcile), and the test's data (biz lines, users).
+		const allow = new Set(['ms', 'tokens', 'token', 'Token', 'Trace', 'RFC', 'Batch', 'QPS', 'TTFT', 'TPOT', 'UTC', 'USD', 'CNY', 'API', 'HTTP',
+			'tollgate', 'GPU', 'KV', 'prices', 'reconcile', 'search', 'chat', 'sim', 'vllm', 'anonymous', 'csv', 'generic', 'metrics']);
+		const found = new Set();
+		const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+		for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+			const el = n.parentElement;
+			if (!el || el.closest('code, script, style, #lang')) continue;
+			if (el.closest('[hidden]') || el.offsetParent === null && el.tagName !== 'OPTION') continue;
+			for (const w of n.textContent.match(/[A-Za-z][A-Za-z0-9_.\/:+-]*/g) || []) {
+				if (/^[A-Za-z]{3,}$/.test(w) && !allow.has(w)) found.add(w);
+			}
+		}
+		return [...found].slice(0, 12).join(' ');
+	})()`
+)
+
+// uiExactRanges: the checks of issue 20 — headline figures equal the API's
+// exact-range figures; a drilled minute shows its requests in every card;
+// partial and one-request buckets; one time zone per page, carried in the
+// URL; no English on Chinese pages; nothing overflows at 1440 and 390 px.
+func uiExactRanges(t *testing.T, ctx context.Context, base string, recs []uiRecord, shot func(string), checkClean func(string)) {
+	t.Helper()
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	str := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	ready := func(page string) chromedp.Action[chromedp.Void] {
+		return chromedp.WaitVisible(chromedp.CSS(`#main[data-ready="` + page + `"]`))
+	}
+	var first, last time.Time
+	for _, r := range recs {
+		if first.IsZero() || r.Timing.Arrival.Before(first) {
+			first = r.Timing.Arrival
+		}
+		if r.Timing.Arrival.After(last) {
+			last = r.Timing.Arrival
+		}
+	}
+
+	// Headline figures: the last 15 minutes, as the API counts them —
+	// exactly that period (to the minute), QPS over its elapsed seconds.
+	run("overview, last 15 minutes", chromedp.Navigate(base+"/ui/?lang=en#/overview?range=15m"), ready("overview"))
+	var ov struct {
+		From, To string
+		QPS      float64 `json:"qps"`
+		Elapsed  float64 `json:"elapsed_s"`
+		Totals   struct {
+			Requests     int64   `json:"requests"`
+			InputTokens  int64   `json:"input_tokens"`
+			OutputTokens int64   `json:"output_tokens"`
+			Prefix       float64 `json:"prefix_cache_share"`
+		}
+	}
+	getJSON(t, base+"/api/v1/"+str(`document.querySelector('[data-testid=ov-figures]').dataset.api`), &ov)
+	from, _ := time.Parse(time.RFC3339, ov.From)
+	to, _ := time.Parse(time.RFC3339, ov.To)
+	if d := to.Sub(from); d < 15*time.Minute || d > 16*time.Minute {
+		t.Errorf("overview of the last 15 minutes counts %s – %s (%s), want 15 minutes to the minute", ov.From, ov.To, d)
+	}
+	if ov.Totals.Requests != int64(len(recs)) {
+		t.Errorf("overview of the last 15 minutes: %d requests, the ledger %d", ov.Totals.Requests, len(recs))
+	}
+	if want := float64(ov.Totals.Requests) / ov.Elapsed; ov.Elapsed > 16*60 || math.Abs(ov.QPS-want) > 1e-9 {
+		t.Errorf("overview QPS %v over %v s elapsed; want requests ÷ elapsed = %v", ov.QPS, ov.Elapsed, want)
+	}
+	// The tiles hold the API's figures; QPS to 1 %: the page asked a few
+	// hundred milliseconds earlier, so its elapsed seconds were fewer.
+	for id, want := range map[string]float64{"ov-requests": float64(ov.Totals.Requests), "ov-qps": ov.QPS, "ov-input-tokens": float64(ov.Totals.InputTokens), "ov-output-tokens": float64(ov.Totals.OutputTokens)} {
+		got, err := strconv.ParseFloat(str(fmt.Sprintf(`document.querySelector('[data-testid=%s]').dataset.value`, id)), 64)
+		if err != nil || math.Abs(got-want) > want/100 {
+			t.Errorf("tile %s holds %v, the API %v", id, got, want)
+		}
+	}
+	// A partial bucket: the minute in progress is marked, not drawn as a dip.
+	if p := str(`document.querySelector('[data-testid=chart-qps]').dataset.partial`); p == "" {
+		t.Error("the QPS chart of the last 15 minutes marks no partial bucket")
+	} else if n := str(`String(document.querySelector('[data-testid=chart-qps]').uplot.data[0].length - 1)`); p != n {
+		t.Errorf("the QPS chart marks bucket %s as partial, want the last one (%s)", p, n)
+	}
+	// Separate scales: E2E and TTFT P99 each on their own chart.
+	if n := str(`String(document.querySelectorAll('[data-testid=chart-p99] canvas, [data-testid=chart-ttft-p99] canvas').length)`); n != "2" {
+		t.Errorf("E2E and TTFT P99 are drawn in %s canvases, want 2 panels", n)
+	}
+	checkClean("Overview, 15 minutes")
+
+	// Alert markers: the test's rule (any error in a minute) fires on the
+	// unknown model's failure; the charts mark its start.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var al struct{ History []json.RawMessage }
+		getJSON(t, base+"/api/v1/alerts", &al)
+		if len(al.History) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test's alert rule did not fire within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run("overview with the alert", chromedp.Navigate(base+"/ui/?lang=en#/overview?range=15m"), ready("overview"))
+	if m := str(`document.querySelector('[data-testid=chart-qps]').dataset.markers`); m == "" || m == "0" {
+		t.Errorf("the QPS chart marks %q alerts, want the one fired", m)
+	}
+	run("alerts page", chromedp.Navigate(base+"/ui/?lang=zh#/alerts"), ready("alerts"))
+	if n := str(`String(document.querySelectorAll('[data-testid=no-notifier]').length)`); n != "1" {
+		t.Error("the Alerts page does not say that no notifier is configured")
+	}
+	// The rule's window is a minute: by now the alert may have resolved.
+	// Its history rows say fired or resolved in Chinese either way.
+	if got := str(`[...document.querySelectorAll('[data-testid=alerts-history] .badge')].map((b) => b.textContent).join(' ')`); got == "" || strings.Trim(got, "触发中已恢复待定 ") != "" {
+		t.Errorf("alert history states in Chinese: %q, want 触发中/已恢复", got)
+	}
+	if got := str(`(document.querySelector('[data-testid=alert-severity]') || {}).textContent || '警告'`); got != "警告" {
+		t.Errorf("an active alert's severity in Chinese: %q, want 警告", got)
+	}
+
+	// A drilled minute: every card shows that minute's requests.
+	minute := first.UTC().Truncate(time.Minute)
+	if !last.Before(minute.Add(time.Minute)) {
+		minute = last.UTC().Truncate(time.Minute) // traffic crossed a minute: drill the later one
+	}
+	var inMinute int64
+	for _, r := range recs {
+		if !r.Timing.Arrival.Before(minute) && r.Timing.Arrival.Before(minute.Add(time.Minute)) {
+			inMinute++
+		}
+	}
+	drill := fmt.Sprintf("%s/ui/?lang=en#/diagnostics?range=custom&from=%s&to=%s&step=1m", base, minute.Format(time.RFC3339), minute.Add(time.Minute).Format(time.RFC3339))
+	run("diagnostics of one minute", chromedp.Navigate(drill), ready("diagnostics"))
+	sum := func(sel string, col int) int64 {
+		t.Helper()
+		v, err := strconv.ParseInt(str(fmt.Sprintf(`String([...document.querySelectorAll('%s tbody tr td:nth-child(%d)')].reduce((a, td) => a + Number(td.textContent.replace(/,/g, '')), 0))`, sel, col)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		card string
+		col  int
+	}{{"[data-testid=diag-buckets]", 2}, {"[data-testid=diag-biz-tokens]", 2}, {"[data-testid=diag-length]", 3}} {
+		if got := sum(c.card, c.col); got != inMinute {
+			t.Errorf("drilled minute %s: %s counts %d requests, want %d", minute.Format(time.TimeOnly), c.card, got, inMinute)
+		}
+	}
+	if got := str(`document.querySelector('[data-testid=diag-requests]').textContent`); got != strconv.FormatInt(inMinute, 10) {
+		t.Errorf("drilled minute: Diagnostics counts %s requests, want %d", got, inMinute)
+	}
+	// Its x-axis is the minute (not years around one point), and the
+	// engines' gauges share it.
+	for _, id := range []string{"chart-ttft", "chart-engine-queue"} {
+		x := str(fmt.Sprintf(`(() => { const u = document.querySelector('[data-testid=%s]').uplot; return u ? u.scales.x.min + ' ' + u.scales.x.max : 'none'; })()`, id))
+		if want := fmt.Sprintf("%d %d", minute.Unix(), minute.Add(time.Minute).Unix()); x != want && x != "none" {
+			t.Errorf("drilled minute: %s's x-axis spans %s, want %s", id, x, want)
+		}
+	}
+	checkClean("drilled minute")
+
+	// A one-request bucket draws no rate: the unknown model's one request.
+	run("diagnostics of the unknown model", chromedp.Navigate(drill+"&model=no-such-model"), ready("diagnostics"))
+	if got := str(`document.querySelector('[data-testid=diag-requests]').textContent`); got != "1" {
+		t.Errorf("the unknown model's minute counts %s requests, want 1", got)
+	}
+	if got := str(`JSON.stringify(document.querySelector('[data-testid=chart-cache]').uplot.data.slice(1).flat().filter((v) => v !== null))`); got != "[]" {
+		t.Errorf("a one-request bucket draws cache shares %s, want none", got)
+	}
+
+	// One zone per page, carried in the URL: the browser runs in
+	// Asia/Shanghai; From shows the URL's instant in the zone chosen.
+	for _, z := range []struct{ tz, suffix string }{{"", "+08:00"}, {"UTC", "Z"}} {
+		run("zone "+z.tz, chromedp.Navigate(base+"/ui/?lang=en&tz="+z.tz+"#/diagnostics?range=custom&from="+minute.Format(time.RFC3339)+"&to="+minute.Add(time.Minute).Format(time.RFC3339)), ready("diagnostics"))
+		v := str(`document.querySelector('#main form input[name=from]').value`)
+		shown, err := time.Parse(time.RFC3339, v)
+		if !strings.HasSuffix(v, z.suffix) || err != nil || !shown.Equal(minute) {
+			t.Errorf("tz=%q: From shows %q, want %s in the zone (%s)", z.tz, v, minute.Format(time.RFC3339), z.suffix)
+		}
+		if p := str(`document.querySelector('[data-testid=period]').textContent`); z.tz == "UTC" && !strings.Contains(p, "(UTC)") || z.tz == "" && !strings.Contains(p, "Asia/Shanghai") {
+			t.Errorf("tz=%q: the period does not name its zone: %q", z.tz, p)
+		}
+	}
+
+	// No English on Chinese pages, and nothing overflows at 1440 and 390 px.
+	pages := []string{"overview?range=15m", "requests", "cost", "alerts", "diagnostics?range=custom&from=" + minute.Format(time.RFC3339) + "&to=" + minute.Add(time.Minute).Format(time.RFC3339) + "&step=1m"}
+	for _, lang := range []string{"zh", "en"} {
+		for _, size := range [][2]int64{{1440, 900}, {390, 844}} {
+			run("viewport", chromedp.EmulateViewport(size[0], size[1]))
+			for _, p := range pages {
+				name := strings.SplitN(p, "?", 2)[0]
+				run(p, chromedp.Navigate(base+"/ui/?lang="+lang+"#/"+p), ready(name))
+				if bad := str(overflowJS); bad != "[]" {
+					t.Errorf("%s (%s) at %d px overflows: %s", name, lang, size[0], bad)
+				}
+				if size[0] == 1440 {
+					if cut := str(`JSON.stringify([...document.querySelectorAll('[data-testid=ov-by-biz] .scroll, [data-testid=ov-by-model] .scroll')].filter((b) => b.scrollWidth > b.clientWidth + 1).map((b) => b.parentElement.dataset.testid))`); cut != "[]" {
+						t.Errorf("%s at 1440 px clips the columns of %s", name, cut)
+					}
+				}
+				if lang == "zh" {
+					if en := str(englishJS); en != "" {
+						t.Errorf("%s (zh) shows English: %s", name, en)
+					}
+				}
+				checkClean(name + " " + lang)
+				if lang == "en" && size[0] == 1440 && (name == "overview" || name == "diagnostics" || name == "cost") {
+					shot(name + "-after")
+				}
+			}
+		}
+	}
 }

@@ -86,6 +86,19 @@ type Report struct {
 	ModelReasons []string `json:"model_reasons,omitempty"`
 	Drift        bool     `json:"drift"`
 	Reasons      []string `json:"reasons,omitempty"`
+	// Requests and Failed count the current run's requests and those
+	// that failed, FirstError says why the first one failed.
+	Requests   int    `json:"requests"`
+	Failed     int    `json:"failed"`
+	FirstError string `json:"first_error,omitempty"`
+	// Inconclusive is set when requests of the current run failed: what
+	// failed says nothing about the model, so neither drift nor a model
+	// change is concluded; Reasons still lists what the requests that
+	// answered showed.
+	Inconclusive bool `json:"inconclusive"`
+	// Verdict is the one-line conclusion: "no drift", "drift", "model
+	// changed" or "inconclusive: N of M requests failed: <first error>".
+	Verdict string `json:"verdict"`
 }
 
 // Compare reports how cur differs from base. It is a pure function.
@@ -94,6 +107,15 @@ func Compare(base, cur *Baseline, o Options) *Report {
 	r := &Report{Baseline: base.Name, Current: cur.Name, SameSuite: base.SuiteHash == cur.SuiteHash}
 	if r.Current == "" {
 		r.Current = "now"
+	}
+	for _, sm := range cur.Samples {
+		r.Requests++
+		if !sm.OK {
+			if r.Failed == 0 {
+				r.FirstError = sm.Error
+			}
+			r.Failed++
+		}
 	}
 	if !r.SameSuite {
 		r.Reasons = append(r.Reasons, "the suite differs from the baseline's (prompts, model or sampling): figures compare different requests")
@@ -142,7 +164,7 @@ func Compare(base, cur *Baseline, o Options) *Report {
 		}
 	}
 	sort.Strings(r.Unstable)
-	inputChanged := 0
+	inputChanged, outputChanged := 0, 0 // among prompts that answered in both runs
 	ids := make([]string, 0, len(bFirst))
 	for id := range bFirst {
 		ids = append(ids, id)
@@ -158,14 +180,21 @@ func Compare(base, cur *Baseline, o Options) *Report {
 		if b.OK && c.OK && b.InputTokens != c.InputTokens && b.InputTokens > 0 && c.InputTokens > 0 {
 			inputChanged++
 		}
+		if b.OK && c.OK && (b.OutputSHA256 != c.OutputSHA256 || b.FinishReason != c.FinishReason) {
+			outputChanged++
+		}
 		if b.OutputSHA256 != c.OutputSHA256 || b.OK != c.OK || b.FinishReason != c.FinishReason {
 			r.Changed = append(r.Changed, Change{Prompt: id, BaseTokens: b.OutputTokens, CurTokens: c.OutputTokens,
 				BaseFinish: b.FinishReason, CurFinish: c.FinishReason, BaseInput: b.InputTokens, CurInput: c.InputTokens,
 				BaseFailed: !b.OK, CurFailed: !c.OK})
 		}
 	}
-	if len(r.Changed) > 0 {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("%d of %d outputs changed", len(r.Changed), r.Prompts))
+	changed := len(r.Changed)
+	if r.Failed > 0 {
+		changed = outputChanged // a failure is not a changed output
+	}
+	if changed > 0 {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%d of %d outputs changed", changed, r.Prompts))
 	}
 
 	// Signs that the model (or its version, tokenizer, chat template)
@@ -179,11 +208,25 @@ func Compare(base, cur *Baseline, o Options) *Report {
 	if inputChanged > 0 {
 		r.ModelReasons = append(r.ModelReasons, fmt.Sprintf("%d prompts count a different number of input tokens (tokenizer or chat template changed)", inputChanged))
 	}
-	if r.SameSuite && r.Prompts > 0 && len(r.Changed)*2 > r.Prompts && len(r.Unstable)*2 <= r.Prompts {
-		r.ModelReasons = append(r.ModelReasons, fmt.Sprintf("%d of %d deterministic outputs changed", len(r.Changed), r.Prompts))
+	if r.SameSuite && r.Prompts > 0 && outputChanged*2 > r.Prompts && len(r.Unstable)*2 <= r.Prompts {
+		r.ModelReasons = append(r.ModelReasons, fmt.Sprintf("%d of %d deterministic outputs changed", outputChanged, r.Prompts))
 	}
-	r.ModelChanged = len(r.ModelReasons) > 0
-	r.Drift = len(r.Reasons) > 0 || r.ModelChanged
+	switch {
+	case r.Failed > 0:
+		// A failed request has no served model, no tokens and no output:
+		// compared with the baseline it looks like everything changed.
+		r.Inconclusive, r.ModelReasons = true, nil
+		r.Verdict = fmt.Sprintf("inconclusive: %d of %d requests failed: %s", r.Failed, r.Requests, r.FirstError)
+	default:
+		r.ModelChanged = len(r.ModelReasons) > 0
+		r.Drift = len(r.Reasons) > 0 || r.ModelChanged
+		r.Verdict = "no drift"
+		if r.ModelChanged {
+			r.Verdict = "model changed"
+		} else if r.Drift {
+			r.Verdict = "drift"
+		}
+	}
 	return r
 }
 
@@ -288,6 +331,12 @@ func WriteText(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "\nIt looks like the model or its version changed:\n  - %s\n", strings.Join(r.ModelReasons, "\n  - "))
 	}
 	switch {
+	case r.Inconclusive:
+		fmt.Fprintf(&b, "\nINCONCLUSIVE: %d of %d requests failed (first: %s); no drift or model change is concluded from failed requests\n",
+			r.Failed, r.Requests, r.FirstError)
+		if len(r.Reasons) > 0 {
+			fmt.Fprintf(&b, "what the requests that answered show:\n  - %s\n", strings.Join(r.Reasons, "\n  - "))
+		}
 	case r.Drift:
 		fmt.Fprintf(&b, "\nDRIFT:\n  - %s\n", strings.Join(slices.Concat(r.Reasons, r.ModelReasons), "\n  - "))
 	default:

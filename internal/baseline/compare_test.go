@@ -113,6 +113,49 @@ func TestCompareUnstable(t *testing.T) {
 	}
 }
 
+// TestCompareFailedRun: requests that failed (no served model, no tokens,
+// no output) are counted and their first error given, and never read as
+// drift or a new model: the comparison is inconclusive.
+func TestCompareFailedRun(t *testing.T) {
+	base := synth("base", 10, 30, 10, same, 50)
+	fail := func(cur *Baseline, every int) *Baseline {
+		for i := range cur.Samples {
+			if i%every == 0 {
+				cur.Samples[i] = Sample{Prompt: cur.Samples[i].Prompt, Rep: cur.Samples[i].Rep, Error: fmt.Sprintf("HTTP 401: bad key %d", i)}
+			}
+		}
+		return cur
+	}
+	allFailed := fail(synth("", 10, 30, 10, same, 50), 1)
+	allFailed.ServedModels = nil
+	for _, tt := range []struct {
+		name    string
+		cur     *Baseline
+		verdict string
+	}{
+		{"every request failed", allFailed, "inconclusive: 30 of 30 requests failed: HTTP 401: bad key 0"},
+		{"some failed", fail(synth("", 10, 30, 10, same, 50), 7), "inconclusive: 5 of 30 requests failed: HTTP 401: bad key 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Compare(base, tt.cur, Options{})
+			if !r.Inconclusive || r.Drift || r.ModelChanged || len(r.ModelReasons) > 0 || r.Verdict != tt.verdict {
+				t.Errorf("inconclusive %v, drift %v, model changed %v %v, verdict %q; want verdict %q",
+					r.Inconclusive, r.Drift, r.ModelChanged, r.ModelReasons, r.Verdict, tt.verdict)
+			}
+			var out strings.Builder
+			if err := WriteText(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "INCONCLUSIVE") || strings.Contains(out.String(), "DRIFT") || strings.Contains(out.String(), "model or its version changed") {
+				t.Errorf("report:\n%s", out.String())
+			}
+		})
+	}
+	if r := Compare(base, synth("", 10, 30, 10, same, 50), Options{}); r.Verdict != "no drift" || r.Requests != 30 || r.Failed != 0 {
+		t.Errorf("same run: verdict %q, %d of %d failed", r.Verdict, r.Failed, r.Requests)
+	}
+}
+
 func TestParseSuite(t *testing.T) {
 	good := `
 model: m

@@ -20,7 +20,8 @@ type Check func(ctx context.Context) (*Report, error)
 // notify — warning, or critical when it looks like the model changed —
 // and its end resolves it; an unchanged state is not notified again, a
 // changed severity is. Each run's report (or error) goes to report. A
-// failed run neither raises nor resolves.
+// failed or inconclusive run (some of its requests failed) neither raises
+// nor resolves.
 func Watch(ctx context.Context, name string, every time.Duration, runs int, check Check, notify func(alert.Alert), report func(*Report, error)) error {
 	if every <= 0 && runs != 1 {
 		return fmt.Errorf("schedule.every (or --every): an interval is needed to run more than once")
@@ -40,7 +41,7 @@ func Watch(ctx context.Context, name string, every time.Duration, runs int, chec
 		start := time.Now()
 		r, err := check(ctx)
 		report(r, err)
-		if err != nil {
+		if err != nil || r.Inconclusive {
 			continue
 		}
 		now := time.Now()

@@ -26,6 +26,7 @@ func TestWatch(t *testing.T) {
 			{r: &Report{Drift: true, ModelChanged: true, ModelReasons: []string{"served model \"a\" → \"b\""}}},
 			{r: &Report{Drift: true, ModelChanged: true}},
 			{err: errors.New("connection refused")},
+			{r: &Report{Inconclusive: true, Failed: 3, Requests: 3}}, // neither raises nor resolves
 			{r: &Report{}},
 		}
 		n := 0
@@ -47,7 +48,7 @@ func TestWatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != 6 || errs != 1 {
+		if n != 7 || errs != 1 {
 			t.Fatalf("%d runs, %d errors", n, errs)
 		}
 		type note struct {
@@ -58,7 +59,7 @@ func TestWatch(t *testing.T) {
 		want := []note{
 			{alert.Firing, alert.Warning, 1*time.Hour + 2*time.Minute, 1*time.Hour + 2*time.Minute},
 			{alert.Firing, alert.Critical, 2*time.Hour + 3*time.Minute, 1*time.Hour + 2*time.Minute},
-			{alert.Resolved, alert.Critical, 5*time.Hour + 6*time.Minute, 1*time.Hour + 2*time.Minute},
+			{alert.Resolved, alert.Critical, 6*time.Hour + 7*time.Minute, 1*time.Hour + 2*time.Minute},
 		}
 		if len(got) != len(want) {
 			t.Fatalf("%d notifications, want %d: %+v", len(got), len(want), got)

@@ -16,8 +16,8 @@ func TestClickHouseStoreSection(t *testing.T) {
 		db        string
 		timeout   time.Duration
 	}{
-		{"default is sqlite", "", "sqlite", 512, 200 * time.Millisecond, "tollgate", 30 * time.Second},
-		{"sqlite keeps its batching", "store: {backend: sqlite}", "sqlite", 512, 200 * time.Millisecond, "tollgate", 30 * time.Second},
+		{"default is sqlite", "", "sqlite", 4096, 200 * time.Millisecond, "tollgate", 30 * time.Second},
+		{"sqlite keeps its batching", "store: {backend: sqlite}", "sqlite", 4096, 200 * time.Millisecond, "tollgate", 30 * time.Second},
 		{"clickhouse defaults", "store: {backend: clickhouse, clickhouse: {url: 'http://127.0.0.1:8123'}}",
 			"clickhouse", ClickHouseBatchSize, ClickHouseFlushInterval, "tollgate", 30 * time.Second},
 		{"clickhouse, batch_size set", "store: {backend: clickhouse, batch_size: 5000, clickhouse: {url: 'http://h:8123', database: gw, timeout: 5s}}",

@@ -309,6 +309,14 @@ type ClickHouse struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
+// SQLiteBatchSize is the default batch on SQLite. A batch is one
+// transaction: its rollup rows are summed in memory and each page it
+// dirties is written once, so larger batches cost less per Record
+// (BenchmarkInsert: 512 → 4096 rows, ≈ −30 % CPU). The shipper sends what
+// has waited store.flush_interval, so batches fill only under load; a
+// full one holds the writer for a few hundred milliseconds.
+const SQLiteBatchSize = 4096
+
 // ClickHouse's batching defaults: one insert a second per replica (what
 // ClickHouse asks of a writer), of whatever the second brought, up to
 // 50,000 rows. A replica ships a full batch at once, so at higher rates
@@ -446,7 +454,7 @@ func Default() *Config {
 			SQLite:        SQLite{Path: "./tollgate.db"},
 			ClickHouse:    ClickHouse{Database: "tollgate", Timeout: 30 * time.Second},
 			QueueSize:     65536,
-			BatchSize:     512,
+			BatchSize:     SQLiteBatchSize,
 			FlushInterval: 200 * time.Millisecond,
 			Timezone:      "UTC",
 			Durability:    "queue",

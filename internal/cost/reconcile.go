@@ -252,7 +252,7 @@ func Reconcile(bill []BillLine, ledger []LedgerLine, tol Tolerance) Report {
 		rep.Lines = append(rep.Lines, ln)
 	}
 	for k, l := range ledgers {
-		if _, ok := bills[k]; !ok {
+		if _, ok := bills[k]; !ok && !l.empty() {
 			rep.Lines = append(rep.Lines, ledgerOnly(k, l, tol))
 		}
 	}
@@ -364,6 +364,16 @@ func addCost(sum *Money, c Money, notes []string) (*Money, []string) {
 		return sum, append(notes, fmt.Sprintf("cost in %s left out of the sum: %v", c.Currency, err))
 	}
 	return &s, notes
+}
+
+// empty reports whether a ledger line holds nothing a provider could bill:
+// no request reached an engine, no token, no cost (requests refused
+// before any engine, e.g. by auth, whose body may not even name a model).
+// Such a line has nothing to reconcile and is left out rather than shown
+// as an all-zero ledger_only line.
+func (l *ledgerAgg) empty() bool {
+	return l.Requests == 0 && l.Input == 0 && l.Cached == 0 && l.Output == 0 && l.FailedAttempts == 0 &&
+		l.CutStreams == 0 && (l.Cost == nil || l.Cost.Nanos == 0)
 }
 
 func ledgerOnly(k lineKey, l *ledgerAgg, tol Tolerance) Line {

@@ -16,7 +16,7 @@ func (r Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DAY\tMODEL\tKEY\tSIDE\tSEVERITY\tQUANTITY\tBILL\tLEDGER\tDIFF\tEXPLAINED\tUNEXPLAINED")
 	for _, ln := range r.Lines {
-		id := []string{ln.Day, ln.Model, orDash(ln.Key), string(ln.Side), ln.Severity.String()}
+		id := []string{ln.Day, orDash(ln.Model), orDash(ln.Key), string(ln.Side), ln.Severity.String()}
 		if ln.Batch {
 			id[2] += " (batch)"
 		}
@@ -42,7 +42,7 @@ func (r Report) WriteText(w io.Writer) error {
 	var notes []string
 	for _, ln := range r.Lines {
 		for _, n := range ln.Notes {
-			notes = append(notes, fmt.Sprintf("  %s %s %s: %s", ln.Day, ln.Model, orDash(ln.Key), n))
+			notes = append(notes, fmt.Sprintf("  %s %s %s: %s", ln.Day, orDash(ln.Model), orDash(ln.Key), n))
 		}
 	}
 	if len(notes) > 0 {

@@ -370,8 +370,19 @@ func TestAgentStreamCut(t *testing.T) {
 					t.Errorf("the client was not told the stream broke, in Anthropic's shape:\n%s", tail(got))
 				}
 			} else {
-				if r.Usage.Source != record.SourceChunks {
-					t.Errorf("usage %+v: want the output events counted", r.Usage)
+				// No usage came: the model's tokenizer counts the prompt
+				// (instructions and input through the chat template) and
+				// the deltas streamed, as for a cut chat stream.
+				chat, err := responsesAsChat([]byte(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantIn, err := qwen3(t).ChatPromptTokens(chat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Usage.Source != record.SourceTokenizer || r.Usage.InputTokens != int64(wantIn) || !r.Usage.InputKnown() {
+					t.Errorf("usage %+v: want the tokenizer's count, %d input tokens", r.Usage, wantIn)
 				}
 				if !bytes.Contains(got, []byte(`"type":"error","code":"upstream_reset"`)) {
 					t.Errorf("the client was not told the stream broke:\n%s", tail(got))

@@ -36,6 +36,7 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 	er := usage.NewEventReader(resp.Body, maxEventBytes)
 	var (
 		tl        timeline
+		text      eventText // kept only while a tokenizer may count it
 		upErr     error
 		engErr    string
 		cwAtLast  time.Duration
@@ -73,6 +74,9 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 				if ex.capBuf != nil {
 					ex.capBuf.chunk(ev.Data)
 				}
+				if ex.counting {
+					text.add(ev.Data)
+				}
 				rec.ContentBytes += int64(se.Content)
 				tl.written++
 				rec.Marks.LastUpstreamToken = ex.since()
@@ -107,6 +111,12 @@ func (ex *exchange) streamEvents(ctx context.Context, rec *record.Record, resp *
 	rec.ClientWriteTail = rec.ClientWrite - cwAtLast
 	a := p.Answer()
 	applyAnswer(rec, a, tl.written)
+	if rec.Usage.Source == record.SourceChunks {
+		// No usage came (a Responses stream reports it only on its last
+		// event): the model's tokenizer counts the prompt and what was
+		// streamed as the Record is finished, as for chat (countUsage).
+		ex.uncounted, ex.text = ex.counting, string(text.b)
+	}
 
 	switch {
 	case clientGone && ex.shutDown():

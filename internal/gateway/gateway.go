@@ -333,7 +333,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		}
 	}
 
-	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: (ct != nil || loading) && !agentAPI(endpoint), injected: injected, trace: tc, since: since, cacheKey: ck,
+	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: (ct != nil || loading) && endpoint != endpointMessages, injected: injected, trace: tc, since: since, cacheKey: ck,
 		prio: g.live.Load().prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
 	if adm != nil {
 		ex.rate = adm.rate

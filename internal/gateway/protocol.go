@@ -46,9 +46,12 @@ func agentAPI(endpoint string) bool {
 }
 
 // speaks says whether an upstream of the given engine kind serves an
-// endpoint. vLLM, SGLang and Ollama serve the OpenAI APIs, Responses
-// and Anthropic's Messages on the same base URL; llama.cpp's server
-// serves Messages but not Responses; TGI neither; OpenAI's API serves
+// endpoint, as each engine's own server registers its routes (checked
+// against their docs and route tables, 2026-12): vLLM, SGLang, Ollama
+// (since 0.13.3 and 0.14) and llama.cpp's server serve the OpenAI APIs,
+// Responses and Anthropic's Messages with count_tokens on the same base
+// URL — Ollama's and llama.cpp's Responses are stateless, so retrieving a
+// stored response is answered by the engine itself; TGI neither; OpenAI's API serves
 // Responses, not Messages; Anthropic's API serves Messages only (its
 // OpenAI-compatible chat is a translation, which tollgate does not
 // rely on). The chat-era endpoints keep going everywhere but to
@@ -56,7 +59,7 @@ func agentAPI(endpoint string) bool {
 func speaks(engine, endpoint string) bool {
 	switch endpoint {
 	case endpointResponses, endpointResponseItem:
-		return slices.Contains([]string{"vllm", "sglang", "ollama", "openai"}, engine)
+		return slices.Contains([]string{"vllm", "sglang", "ollama", "llamacpp", "openai"}, engine)
 	case endpointMessages, endpointCountTokens:
 		return slices.Contains([]string{"vllm", "sglang", "ollama", "llamacpp", "anthropic"}, engine)
 	}

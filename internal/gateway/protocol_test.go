@@ -62,7 +62,7 @@ func TestSpeaks(t *testing.T) {
 		{"vllm", "responses", true}, {"vllm", "messages", true}, {"sglang", "messages", true}, {"ollama", "responses", true},
 		{"openai", "responses", true}, {"openai", "messages", false}, {"anthropic", "messages", true}, {"anthropic", "count_tokens", true},
 		{"anthropic", "responses", false}, {"anthropic", "chat", false}, {"tgi", "responses", false}, {"tgi", "messages", false},
-		{"llamacpp", "messages", true}, {"llamacpp", "responses", false}, {"tgi", "chat", true}, {"openai", "embeddings", true},
+		{"llamacpp", "messages", true}, {"llamacpp", "responses", true}, {"tgi", "chat", true}, {"openai", "embeddings", true},
 	} {
 		if got := speaks(tt.engine, tt.endpoint); got != tt.want {
 			t.Errorf("speaks(%s, %s) = %v", tt.engine, tt.endpoint, got)

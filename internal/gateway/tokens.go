@@ -187,6 +187,13 @@ func promptTokens(ct *tokenizer.Counter, endpoint string, body []byte) (int64, b
 	case "chat":
 		n, err := ct.ChatPromptTokens(body)
 		return int64(n), err == nil
+	case "responses":
+		chat, err := responsesAsChat(body)
+		if err != nil {
+			return 0, false
+		}
+		n, err := ct.ChatPromptTokens(chat)
+		return int64(n), err == nil
 	case "completions", "embeddings":
 		var req struct {
 			Prompt json.RawMessage `json:"prompt"`
@@ -213,6 +220,114 @@ func promptTokens(ct *tokenizer.Counter, endpoint string, body []byte) (int64, b
 		}
 	}
 	return 0, false
+}
+
+// responsesAsChat turns a Responses request into the chat request an
+// engine renders with its chat template, as vLLM's Responses server does:
+// the instructions a system message, a string input one user message,
+// input items messages (their input_text and output_text parts as text
+// parts), function calls an assistant's tool calls and their outputs tool
+// messages; function tools in chat's nested shape. Items without text
+// (reasoning, images) are left out: the count is then a floor, as a
+// tokenizer's count of a multimodal prompt is.
+func responsesAsChat(body []byte) ([]byte, error) {
+	var req struct {
+		Instructions string            `json:"instructions"`
+		Input        json.RawMessage   `json:"input"`
+		Tools        []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, err
+	}
+	type part struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	type toolCall struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	type message struct {
+		Role       string     `json:"role"`
+		Content    any        `json:"content"`
+		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}
+	var msgs []message
+	if req.Instructions != "" {
+		msgs = append(msgs, message{Role: "system", Content: req.Instructions})
+	}
+	var text string
+	if json.Unmarshal(req.Input, &text) == nil {
+		msgs = append(msgs, message{Role: "user", Content: text})
+	} else {
+		var items []struct {
+			Type      string          `json:"type"`
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			Name      string          `json:"name"`
+			Arguments string          `json:"arguments"`
+			CallID    string          `json:"call_id"`
+			Output    json.RawMessage `json:"output"`
+		}
+		if err := json.Unmarshal(req.Input, &items); err != nil {
+			return nil, fmt.Errorf("input: %w", err)
+		}
+		for _, it := range items {
+			switch it.Type {
+			case "", "message":
+				m := message{Role: it.Role}
+				var parts []part
+				if json.Unmarshal(it.Content, &text) == nil {
+					m.Content = text
+				} else if json.Unmarshal(it.Content, &parts) == nil {
+					var ps []part
+					for _, p := range parts {
+						if p.Type == "input_text" || p.Type == "output_text" || p.Type == "text" {
+							ps = append(ps, part{Type: "text", Text: p.Text})
+						}
+					}
+					m.Content = ps
+				}
+				msgs = append(msgs, m)
+			case "function_call":
+				tc := toolCall{ID: it.CallID, Type: "function"}
+				tc.Function.Name, tc.Function.Arguments = it.Name, it.Arguments
+				msgs = append(msgs, message{Role: "assistant", ToolCalls: []toolCall{tc}})
+			case "function_call_output":
+				m := message{Role: "tool", ToolCallID: it.CallID, Content: ""}
+				if json.Unmarshal(it.Output, &text) == nil {
+					m.Content = text
+				} else {
+					m.Content = string(it.Output)
+				}
+				msgs = append(msgs, m)
+			}
+		}
+	}
+	var tools []any
+	for _, raw := range req.Tools {
+		var t struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description,omitempty"`
+			Parameters  json.RawMessage `json:"parameters,omitempty"`
+		}
+		if json.Unmarshal(raw, &t) != nil || t.Type != "function" {
+			continue
+		}
+		tools = append(tools, map[string]any{"type": "function", "function": map[string]any{
+			"name": t.Name, "description": t.Description, "parameters": t.Parameters}})
+	}
+	out := map[string]any{"messages": msgs}
+	if len(tools) > 0 {
+		out["tools"] = tools
+	}
+	return json.Marshal(out)
 }
 
 // streamText collects the generated text of a stream, for counting when
@@ -257,6 +372,38 @@ func (st *streamText) add(data []byte) {
 	}
 }
 
+// eventText collects the generated text of an agent API's stream: the
+// delta of Responses' output events (text, reasoning, function-call
+// arguments) and of Anthropic's content_block_delta (text, thinking,
+// tool input).
+type eventText struct {
+	b []byte
+}
+
+func (et *eventText) add(data []byte) {
+	var ev struct {
+		Delta json.RawMessage `json:"delta"`
+	}
+	if json.Unmarshal(data, &ev) != nil || len(ev.Delta) == 0 {
+		return
+	}
+	var s string
+	if json.Unmarshal(ev.Delta, &s) == nil {
+		et.b = append(et.b, s...)
+		return
+	}
+	var d struct {
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+	}
+	if json.Unmarshal(ev.Delta, &d) == nil {
+		et.b = append(et.b, d.Thinking...)
+		et.b = append(et.b, d.Text...)
+		et.b = append(et.b, d.PartialJSON...)
+	}
+}
+
 // responseText is the generated text of a non-streamed answer.
 func responseText(body []byte) string {
 	var r struct {
@@ -296,7 +443,8 @@ func countUsage(rec *record.Record, ct *tokenizer.Counter, body []byte, text str
 	if !ok {
 		return
 	}
-	rec.Usage = record.Usage{Source: record.SourceTokenizer, InputTokens: in, OutputTokens: int64(ct.TextTokens(text))}
+	rec.Usage = record.Usage{Source: record.SourceTokenizer, InputTokens: in, OutputTokens: int64(ct.TextTokens(text)),
+		ToolCalls: rec.Usage.ToolCalls}
 }
 
 // endToken adds to an output count made by tollgate (the engine sent no

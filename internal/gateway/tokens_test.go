@@ -35,10 +35,7 @@ func TestCutStreamCountedByTokenizer(t *testing.T) {
 	resp.Body.Close()
 	r := tg.next(t)
 
-	qwen, err := tokenizer.Open(tokenizer.Spec{Tokenizer: "qwen3"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	qwen := qwen3(t)
 	wantOut := int64(qwen.TextTokens(streamed.String()))
 	wantIn, err := qwen.ChatPromptTokens([]byte(body))
 	if err != nil {
@@ -49,6 +46,43 @@ func TestCutStreamCountedByTokenizer(t *testing.T) {
 	}
 	if r.ErrorType != record.ErrUpstreamReset {
 		t.Errorf("error type %q", r.ErrorType)
+	}
+}
+
+// qwen3 is the simulated model's tokenizer (simGateway's).
+func qwen3(t *testing.T) *tokenizer.Counter {
+	t.Helper()
+	c, err := tokenizer.Open(tokenizer.Spec{Tokenizer: "qwen3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestResponsesAsChat: a Responses request is counted as the chat request
+// the engine renders: instructions, messages and their text parts,
+// function calls and their outputs, function tools.
+func TestResponsesAsChat(t *testing.T) {
+	body := `{"model":"m","instructions":"Be brief.","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}},{"type":"web_search"}],
+		"input":[{"role":"user","content":[{"type":"input_text","text":"Weather in Paris?"},{"type":"input_image","image_url":"x"}]},
+		{"type":"function_call","name":"get_weather","arguments":"{\"city\":\"Paris\"}","call_id":"c1"},
+		{"type":"function_call_output","call_id":"c1","output":"18C"},{"type":"reasoning","summary":[]}]}`
+	got, err := responsesAsChat([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Weather in Paris?"}]},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+		`{"role":"tool","content":"18C","tool_call_id":"c1"}],` +
+		`"tools":[{"function":{"description":"","name":"get_weather","parameters":{"type":"object"}},"type":"function"}]}`
+	if string(got) != want {
+		t.Errorf("responsesAsChat =\n%s\nwant\n%s", got, want)
+	}
+	if n, err := qwen3(t).ChatPromptTokens(got); err != nil || n < 20 {
+		t.Errorf("the chat template counts %d tokens (%v), want the whole conversation", n, err)
+	}
+	if _, err := responsesAsChat([]byte(`{"input":42}`)); err == nil {
+		t.Error("an input that is neither a string nor items was accepted")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +19,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
+	"github.com/tollgate-dev/tollgate/internal/store/clickhouse/chtest"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite"
+	"github.com/tollgate-dev/tollgate/internal/store/sqlite/bench"
 	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 	"github.com/tollgate-dev/tollgate/internal/wal"
 )
@@ -103,30 +106,72 @@ func TestHeldRecords(t *testing.T) {
 
 // BenchmarkLedger: the ledger's cost per request as serve runs it — the
 // queue's append and group commit, the shipper, the SQLite insert with
-// its rollups — from many goroutines at once, as requests end.
+// every rollup — one op = one Record, made beforehand (as
+// BenchmarkLedgerClickHouse does), so the figure is the ledger's alone.
+// Issue 23's figure is records/s and cpu-µs/record (the whole process's
+// CPU) on one core:
+//
+//		GOMAXPROCS=1 go test ./internal/ledger -run XXX -bench 'BenchmarkLedger$' -benchtime 100000x
+//
+//	  - day: a day of realistic traffic (the 10 M benchmark's generator:
+//	    1,000 users, their keys, templates and models, repeated prompts).
+//	  - spread: storetest's Records, one a second, every prompt new and
+//	    the dimensions cycling so that nearly every Record of a batch has
+//	    rollup rows of its own: the rollups' worst case.
+//
+// producers requests end at once and each waits for its group commit, as
+// the gateway does before a response's last bytes.
 func BenchmarkLedger(b *testing.B) {
+	b.Run("day", func(b *testing.B) {
+		recs, err := bench.Records(b.N)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchLedgerSQLite(b, recs)
+	})
+	b.Run("spread", func(b *testing.B) {
+		recs := make([]*record.Record, b.N)
+		for i := range recs {
+			recs[i] = storetest.Record(i + 1)
+			recs[i].Finish()
+		}
+		benchLedgerSQLite(b, recs)
+	})
+}
+
+func benchLedgerSQLite(b *testing.B, recs []*record.Record) {
 	dir := b.TempDir()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "l.db"), slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	lg, stop := runLedger(b, sqliteConfig(dir), st)
-	var n atomic.Int64
+	runtime.GC() // the Records made beforehand are not the ledger's garbage
+	m := chtest.StartCPU("")
+	at := time.Now()
 	b.ReportAllocs()
-	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			r := storetest.Record(int(n.Add(1)))
-			r.Finish()
-			if err := lg.Append(r)(context.Background()); err != nil {
-				b.Error(err)
-				return
+	b.ResetTimer()
+	lg, stop := runLedger(b, sqliteConfig(dir), st)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(recs)) {
+					return
+				}
+				if err := lg.Append(recs[i])(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-		}
-	})
+		})
+	}
+	wg.Wait()
+	stop() // ships everything
 	b.StopTimer()
-	stop()
+	m.Report(b, at)
 }
 
 // TestHeldRecordsFail: when the queue fails, the Records after the

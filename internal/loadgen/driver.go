@@ -210,32 +210,77 @@ func (c *collector) sorted() []Result {
 	return out
 }
 
+// WarmupReport is what the warm-up saw.
+type WarmupReport struct {
+	Requests int // warm-up requests sent (each tried up to WarmupAttempts times)
+	Retried  int // requests that failed at least once
+	Failed   int // requests that failed on every attempt
+	// FirstErr is the last error of the lowest-numbered request that
+	// failed on every attempt.
+	FirstErr error
+}
+
+// WarmupAttempts is how often a warm-up request is tried before it counts
+// as failed: an endpoint that is still starting, or a fault injected in
+// one request, gets another chance.
+const WarmupAttempts = 3
+
 // Warmup sends the workload's first n requests, conns at a time, and
 // measures nothing: connections get dialled and the server's first-request
 // paths run before the clock starts (vLLM's benchmark also sends a test
-// prompt first). It fails when any of them fails, so a wrong URL, model or
-// key stops the run before it starts.
-func Warmup(ctx context.Context, w Workload, send SendFunc, n, conns int) error {
+// prompt first). A failed request is tried again, after a short pause,
+// up to WarmupAttempts times. Failures do not stop the run — one faulty
+// answer must not cost the whole benchmark — but are reported, so the
+// caller can say that the endpoint failed before the run (a wrong URL,
+// model or key fails every measured request too, and says so there).
+func Warmup(ctx context.Context, w Workload, send SendFunc, n, conns int) WarmupReport {
+	rep := WarmupReport{Requests: max(n, 0)}
 	if n <= 0 {
-		return nil
+		return rep
 	}
-	errs := make(chan error, n)
+	errs := make([]error, n)
+	var retried atomic.Int64
 	slots := make(chan struct{}, max(conns, 1))
 	var wg sync.WaitGroup
 	for i := range n {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			resp := send(ctx, w.Request(i))
-			if resp.Err == nil && !Measure(resp.Sent, resp.Events).HasTTFT {
-				resp.Err = errors.New("no content in the stream")
-			}
-			if resp.Err != nil {
-				errs <- fmt.Errorf("warm-up request %d: %w", i, resp.Err)
+			for attempt := 1; ; attempt++ {
+				resp := send(ctx, w.Request(i))
+				if resp.Err == nil && !Measure(resp.Sent, resp.Events).HasTTFT {
+					resp.Err = errors.New("no content in the stream")
+				}
+				if resp.Err == nil {
+					errs[i] = nil
+					return
+				}
+				errs[i] = fmt.Errorf("warm-up request %d: %w", i, resp.Err)
+				if attempt == WarmupAttempts || ctx.Err() != nil {
+					return
+				}
+				if attempt == 1 {
+					retried.Add(1)
+				}
+				t := time.NewTimer(time.Duration(attempt) * 200 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
 			}
 		})
 	}
 	wg.Wait()
-	close(errs)
-	return <-errs
+	rep.Retried = int(retried.Load())
+	for _, err := range errs {
+		if err != nil {
+			if rep.Failed == 0 {
+				rep.FirstErr = err
+			}
+			rep.Failed++
+		}
+	}
+	return rep
 }

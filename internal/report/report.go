@@ -20,6 +20,7 @@ import (
 // Kinds are the reports, in the order `tollgate report` lists them.
 var Kinds = []struct{ Name, Help string }{
 	{"users", "cost and tokens per user and day"},
+	{"end-users", "cost and tokens per end user (the customer a request's body named) and the key's user"},
 	{"biz", "cost and tokens per business line and month"},
 	{"models", "per model and served model version"},
 	{"templates", "per prompt template: average tokens per request — which template burns money"},
@@ -79,6 +80,11 @@ func Run(ctx context.Context, src Source, kind string, q Query) (*Result, error)
 	switch kind {
 	case "users":
 		res, err = grouped(ctx, src, q, "Cost per user and day", []store.Dim{store.DimUser, store.DimDay})
+	case "end-users":
+		res, err = grouped(ctx, src, q, "Cost per end user and user", []store.Dim{store.DimEndUser, store.DimUser})
+		if err == nil {
+			res.Notes = append(res.Notes, "Only the requests whose body named an end user (user, safety_identifier, metadata.user_id) are counted.")
+		}
 	case "biz":
 		res, err = grouped(ctx, src, q, "Cost per business line and month", []store.Dim{store.DimBizLine, store.DimMonth})
 	case "models":
@@ -266,8 +272,11 @@ const LengthShareFlag = 0.10
 
 // length shows, per model and template, how often answers were cut by
 // max_tokens (seed 001 §2.1: users receive truncated answers).
+// It counts exactly the period asked (Exact), so a drilled minute lists
+// its requests.
 func length(ctx context.Context, src Source, q Query) (*Result, error) {
-	rows, err := src.Report(ctx, q.store(store.DimModel, store.DimTemplate))
+	led, _ := src.(Ledger)
+	rows, err := Exact(ctx, src, led, q.store(store.DimModel, store.DimTemplate))
 	if err != nil {
 		return nil, err
 	}

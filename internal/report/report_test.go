@@ -25,6 +25,7 @@ var t0 = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) // a Monday
 
 type req struct {
 	user, biz, model, tmpl, prompt, finish string
+	endUser                                string
 	in, cached, out                        int64
 	costNanos                              int64
 	day                                    int
@@ -43,6 +44,7 @@ func seed(t *testing.T, reqs []req) *sqlite.Store {
 		r := &record.Record{
 			RequestID: fmt.Sprintf("r%d", i), UserID: q.user, BizLine: q.biz, Model: q.model, ServedModel: q.model + "-v1",
 			TemplateID: q.tmpl, PromptSHA256: q.prompt, FinishReason: q.finish, Status: 200, Upstream: "u", UpstreamStatus: 200,
+			EndUser: q.endUser,
 			Arrival: t0.AddDate(0, 0, q.day).Add(time.Duration(i) * time.Minute),
 			Usage:   record.Usage{InputTokens: q.in, CachedInputTokens: q.cached, OutputTokens: q.out, Source: record.SourceEngine},
 			Cost:    record.Cost{Nanos: q.costNanos, Currency: "USD", PriceVersion: "v"},
@@ -171,6 +173,35 @@ func TestWaste(t *testing.T) {
 	}
 }
 
+// TestEndUsers: the end user a body named is reported beside the key's
+// user, never in its place; requests that named none stay out.
+func TestEndUsers(t *testing.T) {
+	s := seed(t, []req{
+		{user: "app", endUser: "cust-1", model: "m", in: 10, out: 5, costNanos: 300},
+		{user: "app", endUser: "cust-1", model: "m", in: 10, out: 5, costNanos: 200, day: 2},
+		{user: "app", endUser: "cust-2", model: "m", in: 1, out: 1, costNanos: 7},
+		{user: "app", model: "m", in: 100, out: 100, costNanos: 9000},
+	})
+	res, err := Run(context.Background(), s, "end-users", week(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 || cell(t, res, 0, "end_user") != "cust-1" || cell(t, res, 0, "user") != "app" ||
+		cell(t, res, 0, "cost") != int64(500) || cell(t, res, 1, "requests") != int64(1) {
+		t.Fatalf("end-users = %v", res.Rows)
+	}
+	// Filtered by end user, any report that groups by what the end-user
+	// rollups keep.
+	q := week(7)
+	q.Where = map[store.Dim]string{store.DimEndUser: "cust-1"}
+	if res, err = Run(context.Background(), s, "users", q); err != nil || len(res.Rows) != 2 {
+		t.Fatalf("users where end_user = cust-1: %v, %v", res, err)
+	}
+	if _, err := Run(context.Background(), s, "templates", q); err == nil || !strings.Contains(err.Error(), "end user") {
+		t.Errorf("templates where end_user: %v; want an error naming what end-user reports keep", err)
+	}
+}
+
 func TestGroupedAndRender(t *testing.T) {
 	s := seed(t, []req{
 		{user: "alice", biz: "search", model: "m", in: 10, out: 5, costNanos: 1_500_000_000},
@@ -276,7 +307,7 @@ func TestMeasuresSuffice(t *testing.T) {
 		}
 		reqs = append(reqs, req{user: fmt.Sprintf("u%d", i%5), biz: fmt.Sprintf("b%d", i%2), model: fmt.Sprintf("m%d", i%2),
 			tmpl: fmt.Sprintf("t%d", i%3), prompt: prompt, finish: fin, in: int64(100 + i*50), cached: int64(i * 7), out: int64(20 + i),
-			costNanos: int64(1000 + i*13), day: i%14 - 7})
+			costNanos: int64(1000 + i*13), day: i%14 - 7, endUser: fmt.Sprintf("c%d", i%4)})
 	}
 	s := seed(t, reqs)
 	for _, k := range Kinds {

@@ -1,6 +1,10 @@
 package store
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -29,10 +33,39 @@ const (
 	DimUser        Dim = "user"
 	DimKey         Dim = "key"
 	DimTemplate    Dim = "template"
+	// DimEndUser is the end user the request's body named (an agent's
+	// customer: OpenAI's user or safety_identifier, Anthropic's
+	// metadata.user_id). Reports by it count only the requests that named
+	// one, and group and filter beside it by user, biz line and model only
+	// (and by hour, day and month, not minute).
+	DimEndUser Dim = "end_user"
 )
 
+// EndUserDims are the dimensions a report by end user may group and
+// filter by beside the end user, with hour, day and month: the end-user
+// rollups keep no others.
+var EndUserDims = []Dim{DimEndUser, DimUser, DimBizLine, DimModel}
+
+// CheckEndUser refuses a query by end user that the end-user rollups
+// cannot answer; a query without the end user passes.
+func (q ReportQuery) CheckEndUser() error {
+	_, filtered := q.Where[DimEndUser]
+	if !filtered && !slices.Contains(q.GroupBy, DimEndUser) {
+		return nil
+	}
+	if filtered && q.Where[DimEndUser] == "" {
+		return errors.New("end-user reports count the requests that named an end user; filter on a non-empty end_user")
+	}
+	for _, d := range slices.Concat(q.GroupBy, slices.Collect(maps.Keys(q.Where))) {
+		if d != DimHour && d != DimDay && d != DimMonth && !slices.Contains(EndUserDims, d) {
+			return fmt.Errorf("by end user, reports group and filter by user, biz_line, model, hour, day and month only, not by %s", d)
+		}
+	}
+	return nil
+}
+
 // Dims lists every dimension, for validation and help texts.
-var Dims = []Dim{DimMinute, DimHour, DimDay, DimMonth, DimModel, DimServedModel, DimUpstream, DimBizLine, DimUser, DimKey, DimTemplate}
+var Dims = []Dim{DimMinute, DimHour, DimDay, DimMonth, DimModel, DimServedModel, DimUpstream, DimBizLine, DimUser, DimKey, DimTemplate, DimEndUser}
 
 // ReportQuery asks for totals over [From, To), grouped by GroupBy (in that
 // order) and filtered by equality on dimensions. A zero From or To is

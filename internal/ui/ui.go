@@ -7,10 +7,13 @@
 package ui
 
 import (
+	"bytes"
 	"embed"
+	"html"
 	"io/fs"
 	"net/http"
 	"strings"
+	"time"
 )
 
 //go:embed static
@@ -29,10 +32,21 @@ func Static() fs.FS {
 // come from tollgate itself (uPlot sets inline styles on its elements).
 const csp = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
+// versionMark in index.html is replaced by the running build's version
+// (the footer), so the page says which tollgate served it without an API
+// call or a script.
+const versionMark = "{{version}}"
+
 // Handler serves the dashboard under prefix (e.g. "/ui/"); the bare prefix
-// without its slash redirects to it.
-func Handler(prefix string) http.Handler {
+// without its slash redirects to it. version is shown in the footer.
+func Handler(prefix, version string) http.Handler {
 	fsrv := http.StripPrefix(prefix, http.FileServerFS(Static()))
+	page, err := fs.ReadFile(Static(), "index.html")
+	if err != nil {
+		panic(err) // embedded
+	}
+	page = bytes.ReplaceAll(page, []byte(versionMark), []byte(html.EscapeString(version)))
+	started := time.Now()
 	bare := strings.TrimSuffix(prefix, "/")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -49,6 +63,11 @@ func Handler(prefix string) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
+		if r.URL.Path == prefix {
+			h.Set("Content-Type", "text/html; charset=utf-8")
+			http.ServeContent(w, r, "index.html", started, bytes.NewReader(page))
+			return
+		}
 		fsrv.ServeHTTP(w, r)
 	})
 }

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"encoding/json"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -123,7 +124,7 @@ func TestOffline(t *testing.T) {
 }
 
 func TestHandler(t *testing.T) {
-	srv := httptest.NewServer(Handler("/ui/"))
+	srv := httptest.NewServer(Handler("/ui/", "v1.4.0<x>"))
 	defer srv.Close()
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	cases := []struct {
@@ -156,5 +157,23 @@ func TestHandler(t *testing.T) {
 		if c.status == 200 && !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
 			t.Errorf("%s %s: no CSP", c.method, c.path)
 		}
+	}
+}
+
+// TestFooterVersion: the page names the build that served it, escaped.
+func TestFooterVersion(t *testing.T) {
+	srv := httptest.NewServer(Handler("/ui/", "dev-75b90512c0ff<x>"))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `<span id="version">dev-75b90512c0ff&lt;x&gt;</span>`; !strings.Contains(string(b), want) {
+		t.Errorf("GET /ui/ has no %s in its footer:\n%s", want, b)
+	}
+	if strings.Contains(string(b), versionMark) {
+		t.Errorf("GET /ui/ still has the mark %s", versionMark)
 	}
 }

@@ -8,12 +8,10 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -212,32 +210,28 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (a *API) listReports(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats})
+	// zone is the report time zone (days, months, the "store" zone the
+	// dashboard offers beside the browser's and UTC).
+	writeJSON(w, map[string]any{"reports": report.Kinds, "formats": report.Formats, "zone": a.o.Loc.String()})
 }
 
-// getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&limit=&format=
+// getReport: GET /api/v1/reports/{kind}?from=&to=&user=&biz_line=&model=&template=&upstream=&key=&end_user=&limit=&format=
 func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 7)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_period", err.Error())
-		return
-	}
+	p := a.params(r)
+	from, to := p.period(7)
 	rq := report.Query{From: from, To: to, Where: map[store.Dim]string{}}
-	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey} {
-		if v := q.Get(string(d)); v != "" {
+	for _, d := range []store.Dim{store.DimUser, store.DimBizLine, store.DimModel, store.DimTemplate, store.DimUpstream, store.DimKey, store.DimEndUser} {
+		if v := p.q.Get(string(d)); v != "" {
 			rq.Where[d] = v
 		}
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeErr(w, http.StatusBadRequest, "bad_limit", "limit must be a positive integer")
-			return
-		}
-		rq.Limit = n
+	p.limit(&rq.Limit, math.MaxInt32)
+	p.oneOf("format", "json", "csv", "table")
+	if p.err != nil {
+		a.writeParamErr(w, p.err, "")
+		return
 	}
-	format := q.Get("format")
+	format := p.q.Get("format")
 	if format == "" || format == "table" {
 		format = "json"
 	}
@@ -250,14 +244,10 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "bad_report", err.Error())
 		return
 	}
-	switch format {
-	case "csv":
+	if format == "csv" {
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	case "json":
+	} else {
 		w.Header().Set("Content-Type", "application/json")
-	default:
-		writeErr(w, http.StatusBadRequest, "bad_format", "format must be json or csv")
-		return
 	}
 	if err := report.Render(w, res, format); err != nil {
 		a.o.Log.Warn("render report", "err", err)
@@ -266,18 +256,18 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 
 // listRequests: GET /api/v1/requests?since=&until=&user=&biz_line=&model=&trace_id=&client_request_id=&template=&endpoint=&end_user=&status=&errors=1&slow=2s&limit=
 func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	p := a.params(r)
+	q := p.q
 	f := store.Filter{UserID: q.Get("user"), BizLine: q.Get("biz_line"), Model: q.Get("model"), TraceID: q.Get("trace_id"), TemplateID: q.Get("template"),
 		ClientRequestID: q.Get("client_request_id"), Endpoint: q.Get("endpoint"), EndUser: q.Get("end_user")}
-	p := queryParser{q: q, loc: a.o.Loc}
 	p.time("since", &f.Since)
 	p.time("until", &f.Until)
-	p.parse("status", func(v string) (e error) { f.Status, e = strconv.Atoi(v); return })
-	p.parse("slow", func(v string) (e error) { f.MinE2E, e = time.ParseDuration(v); return })
+	p.int("status", &f.Status, 100, 599, "an HTTP status code")
+	p.duration("slow", &f.MinE2E)
 	p.limit(&f.Limit, 10000)
-	p.parse("errors", func(v string) (e error) { f.ErrorsOnly, e = strconv.ParseBool(v); return })
+	p.bool("errors", &f.ErrorsOnly)
 	if p.err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_filter", p.err.Error())
+		a.writeParamErr(w, p.err, "")
 		return
 	}
 	recs, err := a.o.Store.Requests(r.Context(), f)
@@ -286,39 +276,6 @@ func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"requests": recs})
-}
-
-// queryParser parses a list endpoint's query parameters, keeping the
-// first error, prefixed with its parameter's name; absent ones are left
-// as they are.
-type queryParser struct {
-	q   url.Values
-	loc *time.Location
-	err error
-}
-
-func (p *queryParser) parse(name string, fn func(string) error) {
-	if v := p.q.Get(name); v != "" && p.err == nil {
-		if e := fn(v); e != nil {
-			p.err = errors.New(name + ": " + e.Error())
-		}
-	}
-}
-
-// time parses a report time (report.ParseTime) in the API's zone.
-func (p *queryParser) time(name string, t *time.Time) {
-	p.parse(name, func(v string) (e error) { *t, e = report.ParseTime(v, p.loc); return })
-}
-
-// limit parses "limit", which must be 1 to most.
-func (p *queryParser) limit(n *int, most int) {
-	p.parse("limit", func(v string) (e error) {
-		*n, e = strconv.Atoi(v)
-		if e == nil && (*n < 1 || *n > most) {
-			e = fmt.Errorf("must be 1–%d", most)
-		}
-		return
-	})
 }
 
 func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {
@@ -337,17 +294,14 @@ func (a *API) getRequest(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	p := a.params(r)
 	since := a.o.Now().Add(-7 * 24 * time.Hour)
-	if v := q.Get("since"); v != "" {
-		t, err := report.ParseTime(v, a.o.Loc)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, "bad_since", err.Error())
-			return
-		}
-		since = t
+	p.time("since", &since)
+	if p.err != nil {
+		a.writeParamErr(w, p.err, "")
+		return
 	}
-	evs, err := a.o.Store.Events(r.Context(), since, q.Get("kind"), 500)
+	evs, err := a.o.Store.Events(r.Context(), since, p.q.Get("kind"), 500)
 	if err != nil {
 		a.storeErr(w, err, "list events", "could not read events")
 		return
@@ -373,13 +327,13 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 // engineSamples: GET /api/v1/engine?from=&to=&upstream= — engines' own
 // gauges over time (running, waiting, KV-cache use, hit rate, TTFT).
 func (a *API) engineSamples(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 1)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_period", err.Error())
+	p := a.params(r)
+	from, to := p.period(1)
+	if p.err != nil {
+		a.writeParamErr(w, p.err, "")
 		return
 	}
-	ss, err := a.o.Store.EngineSamples(r.Context(), from, to, q.Get("upstream"))
+	ss, err := a.o.Store.EngineSamples(r.Context(), from, to, p.q.Get("upstream"))
 	if err != nil {
 		a.storeErr(w, err, "engine samples", "could not read engine samples")
 		return
@@ -419,13 +373,9 @@ func (a *API) engineSamples(w http.ResponseWriter, r *http.Request) {
 // days) and each notifier's delivery status.
 func (a *API) listAlerts(w http.ResponseWriter, r *http.Request) {
 	since := a.o.Now().Add(-7 * 24 * time.Hour)
-	if v := r.URL.Query().Get("since"); v != "" {
-		t, err := report.ParseTime(v, a.o.Loc)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, "bad_filter", "since: "+err.Error())
-			return
-		}
-		since = t
+	if p := a.params(r); p.time("since", &since) != nil {
+		a.writeParamErr(w, p.err, "")
+		return
 	}
 	history, err := a.o.Store.Events(r.Context(), since, alert.EventKind, 500)
 	if err != nil {

@@ -71,17 +71,14 @@ func (a *API) listCaptures(w http.ResponseWriter, r *http.Request) {
 	if a.noCaptures(w) {
 		return
 	}
-	q := r.URL.Query()
-	f := store.CaptureFilter{Reason: q.Get("reason")}
-	p := queryParser{q: q, loc: a.o.Loc}
+	p := a.params(r)
+	f := store.CaptureFilter{Reason: p.q.Get("reason")}
 	p.time("since", &f.Since)
 	p.time("until", &f.Until)
 	p.limit(&f.Limit, 1000)
-	if f.Reason != "" && f.Reason != "failed" && f.Reason != "slow" {
-		p.err = errors.New("reason: must be failed or slow")
-	}
+	p.oneOf("reason", "failed", "slow")
 	if p.err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_filter", p.err.Error())
+		a.writeParamErr(w, p.err, "")
 		return
 	}
 	cs, err := a.o.Captures.Captures(r.Context(), f)

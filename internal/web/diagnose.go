@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
@@ -20,22 +19,15 @@ const diagnoseLimit = 100000
 // successful streamed requests of the period (default the last day), each
 // as a JSON report.
 func (a *API) diagnose(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), 1)
-	if err != nil {
-		writeErr(w, http.StatusBadRequest, "bad_period", err.Error())
+	p := a.params(r)
+	from, to := p.period(1)
+	limit := diagnoseLimit
+	p.limit(&limit, diagnoseLimit)
+	if p.err != nil {
+		a.writeParamErr(w, p.err, "")
 		return
 	}
-	limit := diagnoseLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > diagnoseLimit {
-			writeErr(w, http.StatusBadRequest, "bad_limit", "limit must be 1–100000")
-			return
-		}
-		limit = n
-	}
-	results, err := report.Diagnose(r.Context(), a.o.Store, from, to, store.Filter{Model: q.Get("model"), BizLine: q.Get("biz_line")}, limit)
+	results, err := report.Diagnose(r.Context(), a.o.Store, from, to, store.Filter{Model: p.q.Get("model"), BizLine: p.q.Get("biz_line")}, limit)
 	if err != nil {
 		a.storeErr(w, err, "diagnose", "could not read the ledger")
 		return

@@ -15,9 +15,9 @@ func TestQueryParser(t *testing.T) {
 	}{
 		{"limit=5&since=2026-01-02", "", 5},
 		{"", "", 0},
-		{"limit=0", "limit: must be 1–100", 0},
-		{"limit=101", "limit: must be 1–100", 0},
-		{"limit=x", `limit: strconv.Atoi: parsing "x": invalid syntax`, 0},
+		{"limit=0", `limit: want how many, an integer from 1 to 100, got "0"`, 0},
+		{"limit=101", `limit: want how many, an integer from 1 to 100, got "101"`, 0},
+		{"limit=x", `limit: want how many, an integer from 1 to 100, got "x"`, 0},
 		{"since=yesterday-ish&limit=0", "since: ", 0}, // the first error is kept
 	}
 	for _, tc := range cases {

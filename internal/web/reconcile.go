@@ -21,13 +21,9 @@ type Reconciliations interface {
 // newest first (default 50, at most 500).
 func (a *API) listReconciliations(w http.ResponseWriter, r *http.Request) {
 	limit := 50
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			writeErr(w, http.StatusBadRequest, "bad_limit", "limit must be an integer from 1 to 500")
-			return
-		}
-		limit = n
+	if p := a.params(r); p.limit(&limit, 500) != nil {
+		a.writeParamErr(w, p.err, "")
+		return
 	}
 	runs := []billing.Run{}
 	if a.o.Reconciliations != nil {

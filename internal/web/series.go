@@ -91,13 +91,10 @@ type timeline struct {
 }
 
 func (a *API) parseTimeline(q url.Values, days int) (*timeline, error) {
-	from, to, err := report.ParsePeriod(q.Get("from"), q.Get("to"), a.o.Loc, a.o.Now(), days)
-	if err != nil {
-		param := "from"
-		if strings.HasPrefix(err.Error(), "to:") {
-			param = "to"
-		}
-		return nil, &paramError{param, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "to: "), "from: ")}
+	p := &queryParser{q: q, loc: a.o.Loc, now: a.o.Now()}
+	from, to := p.period(days)
+	if p.err != nil {
+		return nil, p.err
 	}
 	tl := &timeline{step: q.Get("step")}
 	if tl.step == "" {
@@ -304,6 +301,7 @@ func (a *API) buildSeries(ctx context.Context, q url.Values) (map[string]any, er
 		field[m.Name] = m
 	}
 	out := []seriesOut{}
+	now := a.o.Now()
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
 		for k := range groups {
 			if !yield(k) {
@@ -326,7 +324,15 @@ func (a *API) buildSeries(ctx context.Context, q url.Values) (map[string]any, er
 				}
 				p[m] = *field[m].Field(t)
 			}
-			p["qps"] = req / tl.seconds(i)
+			// The step in progress is partial: its rate divides by the
+			// part that has passed, and readers mark it rather than
+			// drawing its low count as a dip.
+			secs := tl.seconds(i)
+			if end := start.Add(time.Duration(secs * float64(time.Second))); end.After(now) {
+				p["partial"] = true
+				secs = report.Elapsed(start, end, now)
+			}
+			p["qps"] = req / secs
 			if slices.Contains(measures, "cost_nanos") {
 				cn, c := map[string]int64{}, map[string]float64{}
 				for cur, n := range g.cost[i] {
@@ -339,7 +345,10 @@ func (a *API) buildSeries(ctx context.Context, q url.Values) (map[string]any, er
 				p["error_rate"] = ratio(float64(t.Errors), req)
 			}
 			if slices.Contains(measures, "cache_hits") {
-				p["cache_hit_share"] = ratio(float64(t.CacheHits), req)
+				p["response_cache_share"] = ratio(float64(t.CacheHits), req)
+			}
+			if slices.Contains(measures, "input_tokens") && slices.Contains(measures, "cached_input_tokens") {
+				p["prefix_cache_share"] = ratio(float64(t.Cached), float64(t.Input))
 			}
 			if slices.Contains(measures, "e2e_sum_ns") {
 				p["e2e_mean_s"] = ratio(float64(t.E2ESumNS)/1e9, req)
@@ -490,18 +499,23 @@ var overviewMeasures = []string{"requests", "errors", "cache_hits", "input_token
 const overviewTop = 20
 
 type overviewRow struct {
-	Key           string             `json:"key,omitempty"`
-	Requests      int64              `json:"requests"`
-	Errors        int64              `json:"errors"`
-	ErrorRate     *float64           `json:"error_rate"`
-	CacheHitShare *float64           `json:"cache_hit_share"`
-	InputTokens   int64              `json:"input_tokens"`
-	CachedTokens  int64              `json:"cached_input_tokens"`
-	OutputTokens  int64              `json:"output_tokens"`
-	CostNanos     map[string]int64   `json:"cost_nanos"`
-	Cost          map[string]float64 `json:"cost"`
-	E2EMean       *float64           `json:"e2e_mean_s"`
-	TTFTMean      *float64           `json:"ttft_mean_s"`
+	Key       string   `json:"key,omitempty"`
+	Requests  int64    `json:"requests"`
+	Errors    int64    `json:"errors"`
+	ErrorRate *float64 `json:"error_rate"`
+	// PrefixCacheShare is cached input tokens ÷ input tokens: the
+	// engine's prefix (KV) cache as its usage reports it.
+	PrefixCacheShare *float64 `json:"prefix_cache_share"`
+	// ResponseCacheShare is the requests tollgate's own response cache
+	// answered ÷ requests.
+	ResponseCacheShare *float64           `json:"response_cache_share"`
+	InputTokens        int64              `json:"input_tokens"`
+	CachedTokens       int64              `json:"cached_input_tokens"`
+	OutputTokens       int64              `json:"output_tokens"`
+	CostNanos          map[string]int64   `json:"cost_nanos"`
+	Cost               map[string]float64 `json:"cost"`
+	E2EMean            *float64           `json:"e2e_mean_s"`
+	TTFTMean           *float64           `json:"ttft_mean_s"`
 }
 
 // overviewAcc holds overviewRow's running sums that are not shown.
@@ -534,20 +548,16 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 		}
 		return nil, &paramError{param, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "to: "), "from: ")}
 	}
-	// The rollups answer whole hours.
-	end := to
-	from, to = from.UTC().Truncate(time.Hour), to.UTC().Truncate(time.Hour)
-	if to.Before(end) {
-		to = to.Add(time.Hour)
-	}
-	if !from.Before(to) {
-		to = from.Add(time.Hour)
-	}
+	// Exactly the period asked: whole hours from the hour rollups, the
+	// ragged ends from the minute rollups (report.Exact); a rate divides
+	// by the part of it that has passed.
+	from, to = report.Span(from, to)
+	elapsed := report.Elapsed(from, to, a.o.Now())
 	newRow := func(k string) *overviewRowAcc {
 		return &overviewRowAcc{overviewRow: overviewRow{Key: k, CostNanos: map[string]int64{}, Cost: map[string]float64{}}}
 	}
 	total := newRow("")
-	rows, err := a.o.Store.Report(ctx, store.ReportQuery{From: from, To: to, Measures: overviewMeasures})
+	rows, err := report.Exact(ctx, a.o.Store, a.o.Store, store.ReportQuery{From: from, To: to, Measures: overviewMeasures})
 	if err != nil {
 		return nil, err
 	}
@@ -555,7 +565,7 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 		total.add(row)
 	}
 	breakdown := func(d store.Dim) (map[string]any, error) {
-		rows, err := a.o.Store.Report(ctx, store.ReportQuery{From: from, To: to, GroupBy: []store.Dim{d}, Measures: overviewMeasures})
+		rows, err := report.Exact(ctx, a.o.Store, a.o.Store, store.ReportQuery{From: from, To: to, GroupBy: []store.Dim{d}, Measures: overviewMeasures})
 		if err != nil {
 			return nil, err
 		}
@@ -595,7 +605,7 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 	}
 	res := map[string]any{
 		"from": from.Format(time.RFC3339), "to": to.Format(time.RFC3339),
-		"totals": total.overviewRow, "qps": float64(total.Requests) / to.Sub(from).Seconds(),
+		"totals": total.overviewRow, "qps": float64(total.Requests) / elapsed, "elapsed_s": elapsed,
 		"by_biz_line": byBiz, "by_model": byModel,
 	}
 	type pct struct {
@@ -622,6 +632,25 @@ func (a *API) buildOverview(ctx context.Context, q url.Values) (map[string]any, 
 		res["latency_s"] = lat
 	} else {
 		res["latency_s"] = nil
+	}
+	// The engines' own prefix-cache hit rate (vLLM's counters, scraped),
+	// beside the share their usage reports: the mean of the samples in
+	// the period, null when none was scraped.
+	res["engine_prefix_cache_hit_rate"] = nil
+	if ss, err := a.o.Store.EngineSamples(ctx, from, to, ""); err == nil {
+		var sum float64
+		n := 0
+		for _, e := range ss {
+			if !math.IsNaN(e.PrefixCacheHitRate) && !math.IsInf(e.PrefixCacheHitRate, 0) {
+				sum += e.PrefixCacheHitRate
+				n++
+			}
+		}
+		if n > 0 {
+			res["engine_prefix_cache_hit_rate"] = sum / float64(n)
+		}
+	} else if errors.Is(err, store.ErrNotConnected) {
+		return nil, err
 	}
 	var firing, pending int
 	if a.o.Alerts != nil {
@@ -653,7 +682,8 @@ func (o *overviewRowAcc) add(row store.ReportRow) {
 	o.ttft += row.TTFTSumNS
 	o.ttftN += row.TTFTCount
 	o.ErrorRate = ratio(float64(o.Errors), float64(o.Requests))
-	o.CacheHitShare = ratio(float64(o.cacheHits), float64(o.Requests))
+	o.ResponseCacheShare = ratio(float64(o.cacheHits), float64(o.Requests))
+	o.PrefixCacheShare = ratio(float64(o.CachedTokens), float64(o.InputTokens))
 	o.E2EMean = ratio(float64(o.e2e)/1e9, float64(o.Requests))
 	o.TTFTMean = ratio(float64(o.ttft)/1e9, float64(o.ttftN))
 }

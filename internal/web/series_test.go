@@ -102,7 +102,7 @@ type seriesResp struct {
 			CostNanos     map[string]int64 `json:"cost_nanos"`
 			QPS           float64          `json:"qps"`
 			ErrorRate     *float64         `json:"error_rate"`
-			CacheHitShare *float64         `json:"cache_hit_share"`
+			CacheHitShare *float64         `json:"response_cache_share"`
 			E2EMean       *float64         `json:"e2e_mean_s"`
 			Prefill       *float64         `json:"seg_prefill_mean_s"`
 		} `json:"points"`
@@ -181,7 +181,8 @@ func TestSeriesEqualsLedgerSums(t *testing.T) {
 						t.Errorf("%s %q at %s: cost %v, want %v", tc.query, k, p.T, p.CostNanos, w.cost)
 					}
 				}
-				step := tc.step.Seconds()
+				// A step in progress (the day) divides by its elapsed part.
+				step := min(tc.step, now.Sub(p.T)).Seconds()
 				if p.QPS != float64(w.Requests)/step || *p.ErrorRate != float64(w.Errors)/float64(w.Requests) ||
 					*p.CacheHitShare != float64(w.CacheHits)/float64(w.Requests) ||
 					*p.E2EMean != float64(w.E2ESumNS)/1e9/float64(w.Requests) || *p.Prefill != float64(w.SegmentNS[3])/1e9/float64(w.Requests) {

@@ -21,6 +21,7 @@ import (
 var dimColumn = map[store.Dim]string{
 	store.DimModel: "model", store.DimServedModel: "served_model", store.DimUpstream: "upstream",
 	store.DimBizLine: "biz_line", store.DimUser: "user_id", store.DimKey: "key_id", store.DimTemplate: "template_id",
+	store.DimEndUser: "end_user",
 }
 
 // minuteDims are the dimensions a report by minute may use, as in the
@@ -140,12 +141,18 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 	if err != nil {
 		return nil, err
 	}
-	if err := s.rollUp(ctx); err != nil {
+	if err := q.CheckEndUser(); err != nil {
 		return nil, err
 	}
 	loc := s.loc
 	if q.Zone != nil {
 		loc = q.Zone
+	}
+	if _, ok := q.Where[store.DimEndUser]; ok || slices.Contains(q.GroupBy, store.DimEndUser) {
+		return s.reportEndUsers(ctx, q, loc, where, ms)
+	}
+	if err := s.rollUp(ctx); err != nil {
+		return nil, err
 	}
 	table, pieceCol := rollupHour, "bucket"
 	from, to, days := s.bounds(q, loc)
@@ -205,9 +212,16 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 	}
 	query := "SELECT " + strings.Join(sel, ", ") + " FROM " + s.table(table) + " FINAL WHERE " + strings.Join(where, " AND ") +
 		" GROUP BY " + strings.Join(group, ", ") + " FORMAT RowBinary"
+	return s.collectReport(ctx, query, q, ms, days, loc)
+}
+
+// collectReport runs a report's query, whose columns are the group keys,
+// the currency and the measures ms, and adds up the rows of one group
+// (the hours of one day), sorted by keys and currency.
+func (s *Store) collectReport(ctx context.Context, query string, q store.ReportQuery, ms []store.Measure, days bool, loc *time.Location) ([]store.ReportRow, error) {
 	var out []store.ReportRow
 	index := map[string]int{} // group → its row in out: hours of one day add up
-	err = s.c.query(ctx, query, func(d *dec) error {
+	err := s.c.query(ctx, query, func(d *dec) error {
 		for d.more() {
 			row := store.ReportRow{Keys: make([]string, len(q.GroupBy))}
 			for i, dim := range q.GroupBy {
@@ -240,6 +254,40 @@ func (s *Store) report(ctx context.Context, q store.ReportQuery) ([]store.Report
 		return strings.Compare(a.Currency, b.Currency)
 	})
 	return out, nil
+}
+
+// reportEndUsers answers a report by end user from the ledger itself
+// (requests FINAL: deduplicated, amendments applied), with the rollups'
+// arithmetic (measureSQL) and the SQLite store's rounding: hours, and
+// days and months folded from UTC hours. The end user has no rollup here:
+// a columnar scan of the requests that named one is what a rollup of
+// them would cost to keep, and it can never lag the ledger.
+func (s *Store) reportEndUsers(ctx context.Context, q store.ReportQuery, loc *time.Location, where []string, ms []store.Measure) ([]store.ReportRow, error) {
+	where = append(where, "end_user != ''")
+	from, to, _ := s.bounds(q, loc)
+	if from != nil {
+		where = append(where, "arrival_ns >= "+quoteInt(*from*1e9))
+	}
+	if to != nil {
+		where = append(where, "arrival_ns < "+quoteInt(*to*1e9))
+	}
+	var sel, group []string
+	for i, d := range q.GroupBy {
+		e := dimColumn[d]
+		if e == "" { // hour, day, month: the UTC hour, keyed below
+			e = "toString(intDiv(arrival_ns, 3600000000000) * 3600)"
+		}
+		sel = append(sel, e+fmt.Sprintf(" AS k%d", i))
+		group = append(group, fmt.Sprintf("k%d", i))
+	}
+	sel = append(sel, "currency AS kc")
+	group = append(group, "kc")
+	for _, m := range ms {
+		sel = append(sel, "toInt64("+measureSQL[m.Name]+")")
+	}
+	query := "SELECT " + strings.Join(sel, ", ") + " FROM " + s.table("requests") + " FINAL WHERE " + strings.Join(where, " AND ") +
+		" GROUP BY " + strings.Join(group, ", ") + " FORMAT RowBinary"
+	return s.collectReport(ctx, query, q, ms, false, loc)
 }
 
 // timeKey is a group key as the SQLite store writes it: minutes and hours

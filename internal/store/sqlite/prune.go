@@ -36,6 +36,8 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Day, "DELETE FROM rollup_day_user WHERE bucket < ?", monthDays},
 		{r.Day, "DELETE FROM rollup_month WHERE bucket < ?", month},
 		{r.Day, "DELETE FROM rollup_month_user WHERE bucket < ?", month},
+		{r.Hour, "DELETE FROM end_user_hour WHERE bucket < ?", sec},
+		{r.Day, "DELETE FROM end_user_day WHERE bucket < ?", day},
 		{r.Events, "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT 5000)", ns},
 		{r.Engine, "DELETE FROM engine_samples WHERE rowid IN (SELECT rowid FROM engine_samples WHERE at < ? LIMIT 5000)", ns},
 		{r.Minute, "DELETE FROM window_minute WHERE rowid IN (SELECT rowid FROM window_minute WHERE minute < ? LIMIT 5000)", sec},

@@ -18,6 +18,7 @@ import (
 var dimColumn = map[store.Dim]string{
 	store.DimModel: "model", store.DimServedModel: "served_model", store.DimUpstream: "upstream",
 	store.DimBizLine: "biz_line", store.DimUser: "user_id", store.DimKey: "key_id", store.DimTemplate: "template_id",
+	store.DimEndUser: "end_user",
 }
 
 // span is a part of a report's period that one rollup table answers;
@@ -36,7 +37,7 @@ type span struct {
 // hours round to UTC hours as they always do.
 func (s *Store) plan(q store.ReportQuery, loc *time.Location, need []string) []span {
 	hours := func(from, to time.Time) span {
-		sp := span{table: rollupHour}
+		sp := span{table: pickTable(grainHour, need)}
 		if !from.IsZero() {
 			sp.from = bucket(grainHour, from, nil)
 		}
@@ -130,18 +131,21 @@ func selectMeasures(names []string) ([]store.Measure, error) {
 }
 
 // findTable is the narrowest report rollup of grain g with every
-// dimension in need.
+// dimension in need. A table that counts only the requests with a
+// dimension set answers only queries on that dimension.
 func findTable(g grain, need []string) (rollupTable, bool) {
 	for _, t := range reportTables {
-		if t.grain == g && !slices.ContainsFunc(need, func(d string) bool { return !slices.Contains(t.dims, d) }) {
+		if t.grain == g && (t.only == "" || slices.Contains(need, t.only)) &&
+			!slices.ContainsFunc(need, func(d string) bool { return !slices.Contains(t.dims, d) }) {
 			return t, true
 		}
 	}
 	return rollupTable{}, false
 }
 
-// pickTable is findTable for a grain whose widest table has every
-// billing dimension.
+// pickTable is findTable for a grain that has a table for every query
+// Report accepts: hours and days have one for the billing dimensions
+// and one for the end users' (checkEndUser).
 func pickTable(g grain, need []string) rollupTable {
 	t, _ := findTable(g, need)
 	return t
@@ -197,6 +201,9 @@ func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.Report
 		if c, ok := dimColumn[d]; ok {
 			need = append(need, c)
 		}
+	}
+	if err := q.CheckEndUser(); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	if slices.Contains(q.GroupBy, store.DimMinute) {
 		// rollup_minute answers alone: it keeps fewer dimensions, and no

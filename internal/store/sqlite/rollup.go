@@ -47,6 +47,10 @@ type rollupTable struct {
 	grain  grain
 	dims   []string
 	report bool // read by Report
+	// only, when set, is a dimension a request must have non-empty to be
+	// counted: such a table sums a subset of the ledger, so Report reads
+	// it only for a query on that dimension.
+	only string
 }
 
 // billingDims are what cost reports group by; the currency is always a
@@ -54,10 +58,10 @@ type rollupTable struct {
 var billingDims = []string{"model", "served_model", "upstream", "biz_line", "user_id", "key_id", "template_id", "currency"}
 
 var (
-	rollupHour   = rollupTable{"rollup_hour", grainHour, billingDims, true}
-	rollupDay    = rollupTable{"rollup_day", grainDay, billingDims, true}
-	rollupMinute = rollupTable{"rollup_minute", grainMinute, []string{"model", "upstream", "biz_line", "currency"}, false}
-	promptDay    = rollupTable{"prompt_day", grainDay, []string{"prompt_sha256", "model", "template_id", "currency"}, false}
+	rollupHour   = rollupTable{name: "rollup_hour", grain: grainHour, dims: billingDims, report: true}
+	rollupDay    = rollupTable{name: "rollup_day", grain: grainDay, dims: billingDims, report: true}
+	rollupMinute = rollupTable{name: "rollup_minute", grain: grainMinute, dims: []string{"model", "upstream", "biz_line", "currency"}}
+	promptDay    = rollupTable{name: "prompt_day", grain: grainDay, dims: []string{"prompt_sha256", "model", "template_id", "currency"}, only: "prompt_sha256"}
 
 	// Migration 6: narrower rollups, so that a month-wide report reads
 	// thousands of rows rather than every user × key × model × template
@@ -66,19 +70,30 @@ var (
 	// without the user and key.
 	// The key is (bucket, user_id, currency, biz_line) so that grouping by
 	// user and day walks the key in order, without a sort.
-	rollupDayUser   = rollupTable{"rollup_day_user", grainDay, []string{"user_id", "currency", "biz_line"}, true}
-	rollupMonth     = rollupTable{"rollup_month", grainMonth, []string{"model", "served_model", "upstream", "biz_line", "template_id", "currency"}, true}
-	rollupMonthUser = rollupTable{"rollup_month_user", grainMonth, []string{"user_id", "currency", "biz_line"}, true}
+	rollupDayUser   = rollupTable{name: "rollup_day_user", grain: grainDay, dims: []string{"user_id", "currency", "biz_line"}, report: true}
+	rollupMonth     = rollupTable{name: "rollup_month", grain: grainMonth, dims: []string{"model", "served_model", "upstream", "biz_line", "template_id", "currency"}, report: true}
+	rollupMonthUser = rollupTable{name: "rollup_month_user", grain: grainMonth, dims: []string{"user_id", "currency", "biz_line"}, report: true}
+
+	// Migration 17: the end users a request's body named (an agent's
+	// customers), per hour and per local day, with the key's user, the
+	// biz line and the model beside them. Only requests that named one
+	// are counted: the requests without stay out, so these tables grow
+	// with the end users actually seen, not with the traffic. Months are
+	// summed from days.
+	endUserDims = []string{"end_user", "user_id", "biz_line", "model", "currency"}
+	endUserHour = rollupTable{name: "end_user_hour", grain: grainHour, dims: endUserDims, report: true, only: "end_user"}
+	endUserDay  = rollupTable{name: "end_user_day", grain: grainDay, dims: endUserDims, report: true, only: "end_user"}
 
 	// v2Tables are the tables migrations 2–4 create and alter: frozen.
-	v2Tables = []rollupTable{rollupHour, rollupDay, rollupMinute, promptDay}
-	v6Tables = []rollupTable{rollupDayUser, rollupMonth, rollupMonthUser}
+	v2Tables  = []rollupTable{rollupHour, rollupDay, rollupMinute, promptDay}
+	v6Tables  = []rollupTable{rollupDayUser, rollupMonth, rollupMonthUser}
+	v17Tables = []rollupTable{endUserHour, endUserDay}
 	// rollupTables are every rollup, maintained as rows arrive.
-	rollupTables = append(slices.Clone(v2Tables), v6Tables...)
+	rollupTables = slices.Concat(v2Tables, v6Tables, v17Tables)
 	// reportTables are what Report may read, narrowest first within a grain:
 	// the first whose dimensions cover a query is the smallest that can
 	// answer it.
-	reportTables = []rollupTable{rollupDayUser, rollupDay, rollupMonthUser, rollupMonth, rollupHour}
+	reportTables = []rollupTable{rollupDayUser, rollupDay, rollupMonthUser, rollupMonth, rollupHour, endUserHour, endUserDay}
 )
 
 func (t rollupTable) bucketType() string {
@@ -180,7 +195,7 @@ var migration4 = func() string {
 // input nobody counted. Rollup rows written before it read 0.
 var migration13 = func() string {
 	var b strings.Builder
-	for _, t := range rollupTables {
+	for _, t := range slices.Concat(v2Tables, v6Tables) {
 		for _, m := range measures[v4Measures:v13Measures] {
 			fmt.Fprintf(&b, "ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0;\n", t.name, m.Name)
 		}
@@ -224,6 +239,70 @@ var migration6 = func() string {
 	return b.String()
 }()
 
+// migration17 creates the end-user rollups; backfillRollups fills them.
+var migration17 = func() string {
+	var b strings.Builder
+	for _, t := range v17Tables {
+		b.WriteString(t.ddl(v13Measures))
+	}
+	return b.String()
+}()
+
+// backfillRollups sums every ledger row into tables, new rollups that
+// start empty, inside the migration's transaction: reports over periods
+// before the upgrade then read what they would have.
+func backfillRollups(tables []rollupTable) func(ctx context.Context, tx *sql.Tx, loc *time.Location) error {
+	return func(ctx context.Context, tx *sql.Tx, loc *time.Location) error {
+		acc := newRollupAcc(loc)
+		acc.tables = map[int]bool{}
+		var where []string
+		for _, t := range tables {
+			acc.tables[slices.IndexFunc(rollupTables, func(r rollupTable) bool { return r.name == t.name })] = true
+			if t.only != "" {
+				where = append(where, t.only+" != ''")
+			}
+		}
+		q := "SELECT " + selectColumns + " FROM requests"
+		if len(where) == len(tables) {
+			q += " WHERE " + strings.Join(where, " OR ")
+		}
+		rows, err := tx.QueryContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		defer rows.Close()
+		var dsts []any
+		for rows.Next() {
+			r := new(record.Record)
+			if err := rows.Scan(scanDests(dsts[:0], r)...); err != nil {
+				return fmt.Errorf("read ledger: %w", err)
+			}
+			r.Finish()
+			acc.add(r, 1)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read ledger: %w", err)
+		}
+		stmts := map[int]*sql.Stmt{}
+		defer func() {
+			for _, st := range stmts {
+				st.Close()
+			}
+		}()
+		return acc.upsert(func(table int, args []any) error {
+			st, ok := stmts[table]
+			if !ok {
+				if st, err = tx.PrepareContext(ctx, rollupTables[table].upsertSQL()); err != nil {
+					return err
+				}
+				stmts[table] = st
+			}
+			_, err := st.ExecContext(ctx, args...)
+			return err
+		})
+	}
+}
+
 // rollupKey identifies one rollup row.
 type rollupKey struct {
 	table  int
@@ -237,11 +316,45 @@ type rollupAcc struct {
 	loc  *time.Location
 	sums map[rollupKey]*store.Totals
 	keys []rollupKey // insertion order, for deterministic upserts
+	// tables, when set, limits the sums to the rollupTables whose index
+	// it marks (a migration filling its new tables).
+	tables map[int]bool
 }
 
 func newRollupAcc(loc *time.Location) *rollupAcc {
 	return &rollupAcc{loc: loc, sums: map[rollupKey]*store.Totals{}}
 }
+
+// dimValues reach a rollup dimension's value in a Record, by column name.
+var dimValues = map[string]func(*record.Record) string{
+	"model":         func(r *record.Record) string { return r.Model },
+	"served_model":  func(r *record.Record) string { return r.ServedModel },
+	"upstream":      func(r *record.Record) string { return r.Upstream },
+	"biz_line":      func(r *record.Record) string { return r.BizLine },
+	"user_id":       func(r *record.Record) string { return r.UserID },
+	"key_id":        func(r *record.Record) string { return r.KeyID },
+	"template_id":   func(r *record.Record) string { return r.TemplateID },
+	"currency":      func(r *record.Record) string { return r.Cost.Currency },
+	"prompt_sha256": func(r *record.Record) string { return r.PromptSHA256 },
+	"end_user":      func(r *record.Record) string { return r.EndUser },
+}
+
+// rollupDims are dimValues in the order of each rollupTable's dims,
+// looked up once: a map built per Record was an eighth of the ledger's
+// allocations.
+var rollupDims = func() [][]func(*record.Record) string {
+	out := make([][]func(*record.Record) string, len(rollupTables))
+	for i, t := range rollupTables {
+		for _, d := range t.dims {
+			get, ok := dimValues[d]
+			if !ok {
+				panic("sqlite: rollup " + t.name + " has dimension " + d + ", which dimValues lacks")
+			}
+			out[i] = append(out[i], get)
+		}
+	}
+	return out
+}()
 
 // add adds sign × the Totals of r to every rollup it belongs to.
 func (a *rollupAcc) add(r *record.Record, sign int64) {
@@ -250,18 +363,13 @@ func (a *rollupAcc) add(r *record.Record, sign int64) {
 		negate(&t)
 	}
 	at := r.Arrival.UTC()
-	dimVals := map[string]string{
-		"model": r.Model, "served_model": r.ServedModel, "upstream": r.Upstream, "biz_line": r.BizLine,
-		"user_id": r.UserID, "key_id": r.KeyID, "template_id": r.TemplateID, "currency": r.Cost.Currency,
-		"prompt_sha256": r.PromptSHA256,
-	}
 	for i, tbl := range rollupTables {
-		if tbl.name == promptDay.name && r.PromptSHA256 == "" {
+		if (tbl.only != "" && dimValues[tbl.only](r) == "") || (a.tables != nil && !a.tables[i]) {
 			continue
 		}
 		k := rollupKey{table: i, bucket: bucket(tbl.grain, at, a.loc)}
-		for j, d := range tbl.dims {
-			k.dims[j] = dimVals[d]
+		for j, get := range rollupDims[i] {
+			k.dims[j] = get(r)
 		}
 		sum, ok := a.sums[k]
 		if !ok {
@@ -282,10 +390,25 @@ func negate(t *store.Totals) {
 
 // flush upserts the accumulated sums inside tx.
 func (a *rollupAcc) flush(ctx context.Context, tx *sql.Tx, stmts []*sql.Stmt) error {
+	txStmts := make([]*sql.Stmt, len(stmts))
+	return a.upsert(func(table int, args []any) error {
+		st := txStmts[table]
+		if st == nil {
+			st = tx.StmtContext(ctx, stmts[table])
+			txStmts[table] = st
+		}
+		_, err := st.ExecContext(ctx, args...)
+		return err
+	})
+}
+
+// upsert passes each accumulated row to exec with its upsert's arguments
+// (a slice exec must not keep: it is reused).
+func (a *rollupAcc) upsert(exec func(table int, args []any) error) error {
+	var args []any
 	for _, k := range a.keys {
 		tbl := rollupTables[k.table]
-		args := make([]any, 0, 1+len(tbl.dims)+len(measures))
-		args = append(args, k.bucket)
+		args = append(args[:0], k.bucket)
 		for j := range tbl.dims {
 			args = append(args, k.dims[j])
 		}
@@ -293,7 +416,7 @@ func (a *rollupAcc) flush(ctx context.Context, tx *sql.Tx, stmts []*sql.Stmt) er
 		for _, m := range measures {
 			args = append(args, *m.Field(sum))
 		}
-		if _, err := tx.StmtContext(ctx, stmts[k.table]).ExecContext(ctx, args...); err != nil {
+		if err := exec(k.table, args); err != nil {
 			return fmt.Errorf("update %s: %w", tbl.name, err)
 		}
 	}

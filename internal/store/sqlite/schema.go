@@ -188,6 +188,19 @@ var migrations = []string{
 	`ALTER TABLE requests ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
 	ALTER TABLE requests ADD COLUMN native_finish_reason TEXT NOT NULL DEFAULT '';
 	CREATE INDEX requests_end_user ON requests (end_user, arrival) WHERE end_user != '';`,
+	// 17: the end-user rollups, filled from the ledger (backfills).
+	migration17,
+}
+
+// backfills fill, after the migrations in the same transaction, what a
+// migration's SQL alone cannot: rollups whose sums are store.TotalsOf of
+// the rows already in the ledger. Each runs when the ledger was older
+// than its version.
+var backfills = []struct {
+	version int
+	run     func(ctx context.Context, tx *sql.Tx, loc *time.Location) error
+}{
+	{17, backfillRollups(v17Tables)},
 }
 
 // ErrNewerSchema is wrapped by Open when the ledger was written by a newer
@@ -198,7 +211,7 @@ var ErrNewerSchema = errors.New("ledger schema is newer than this tollgate")
 // migrate brings the ledger to the latest schema in one transaction, so a
 // crash mid-way leaves the previous version intact. The writer connection
 // begins IMMEDIATE, which also serialises two processes opening a new file.
-func migrate(ctx context.Context, db *sql.DB, now time.Time) (from, to int, err error) {
+func migrate(ctx context.Context, db *sql.DB, now time.Time, loc *time.Location) (from, to int, err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, err
@@ -224,6 +237,13 @@ func migrate(ctx context.Context, db *sql.DB, now time.Time) (from, to int, err 
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
 			v, now.UnixNano()); err != nil {
 			return from, 0, fmt.Errorf("record schema migration %d: %w", v, err)
+		}
+	}
+	for _, b := range backfills {
+		if from < b.version && from > 0 {
+			if err := b.run(ctx, tx, loc); err != nil {
+				return from, 0, fmt.Errorf("schema migration %d: %w", b.version, err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {

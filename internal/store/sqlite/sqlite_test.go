@@ -116,7 +116,7 @@ func TestMigration6Backfills(t *testing.T) {
 	}
 	before := report(s)
 	// Back to schema 5: the tables migrations 6 and later made are gone.
-	for _, tbl := range append(slices.Clone(v6Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"},
+	for _, tbl := range append(slices.Concat(v6Tables, v17Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"},
 		rollupTable{name: "captures"}) {
 		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
 			t.Fatal(err)
@@ -137,13 +137,7 @@ func TestMigration6Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.w.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version >= 6"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openAt(t, path)
+	s = rewind(t, s, path, 6)
 	defer s.Close()
 	var n int
 	if err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM rollup_month").Scan(&n); err != nil || n == 0 {
@@ -152,6 +146,60 @@ func TestMigration6Backfills(t *testing.T) {
 	if diff := cmp.Diff(before, report(s)); diff != "" {
 		t.Errorf("reports after migration 6 differ (-before +after):\n%s", diff)
 	}
+}
+
+// TestMigration17Backfills: the end-user rollups of a ledger written
+// before them are filled from its rows, so reports by end user cover the
+// days before the upgrade.
+func TestMigration17Backfills(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	ctx := t.Context()
+	s := openAt(t, path)
+	recs := storetest.Records(0, 120)
+	for i, r := range recs {
+		r.Arrival = time.Date(2026, 1, 30, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 97 * time.Minute)
+		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+		if i%3 != 0 {
+			r.EndUser = fmt.Sprintf("customer-%d", i%5)
+		}
+		r.Finish()
+	}
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	q := store.ReportQuery{GroupBy: []store.Dim{store.DimEndUser, store.DimDay, store.DimModel},
+		From: time.Date(2026, 1, 30, 7, 0, 0, 0, time.UTC), To: time.Date(2026, 2, 6, 5, 0, 0, 0, time.UTC)}
+	before, err := s.Report(ctx, q)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("report by end user: %d rows, %v", len(before), err)
+	}
+	for _, tbl := range v17Tables {
+		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = rewind(t, s, path, 17)
+	defer s.Close()
+	after, err := s.Report(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("report by end user after migration 17 differs (-before +after):\n%s", diff)
+	}
+}
+
+// rewind forgets migrations from version on (whose changes the caller
+// undid) and opens the ledger again, which applies them anew.
+func rewind(t *testing.T, s *Store, path string, version int) *Store {
+	t.Helper()
+	if _, err := s.w.ExecContext(t.Context(), "DELETE FROM schema_migrations WHERE version >= ?", version); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openAt(t, path)
 }
 
 func TestRefusesNewerSchema(t *testing.T) {

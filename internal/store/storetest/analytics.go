@@ -67,6 +67,7 @@ func analyticsTests() []namedTest[AnalyticsStore] {
 		{"WindowHours", testWindowHours},
 		{"WindowDays", testWindowDays},
 		{"ReportByMinute", testReportByMinute},
+		{"ReportByEndUser", testReportByEndUser},
 	}
 }
 
@@ -855,5 +856,65 @@ func testUsageMissingMetered(t *testing.T, s AnalyticsStore) {
 	}
 	if got.Requests != int64(len(recs)) || got.UsageMissing != 3 {
 		t.Errorf("requests %d, usage missing %d; want %d and 3 (chat, responses, messages)", got.Requests, got.UsageMissing, len(recs))
+	}
+}
+
+// testReportByEndUser: the end user a body named is a report dimension of
+// its own, beside (never instead of) the key's user; reports by it count
+// the requests that named one, over whole and ragged periods alike.
+func testReportByEndUser(t *testing.T, s AnalyticsStore) {
+	recs := billed(240)
+	for i, r := range recs {
+		if i%4 != 0 {
+			r.EndUser = fmt.Sprintf("customer-%d", i%7)
+		}
+	}
+	insert(t, s, recs...)
+	named := filter(recs, func(r *record.Record) bool { return r.EndUser != "" })
+	cases := []struct {
+		from, to time.Time
+		by       []store.Dim
+		where    map[store.Dim]string
+		key      func(*record.Record) string
+	}{
+		{by: []store.Dim{store.DimEndUser}, key: func(r *record.Record) string { return r.EndUser }},
+		{by: []store.Dim{store.DimEndUser, store.DimDay}, key: func(r *record.Record) string {
+			return r.EndUser + "/" + r.Arrival.UTC().Format(time.DateOnly)
+		}},
+		{by: []store.Dim{store.DimMonth, store.DimEndUser, store.DimUser}, key: func(r *record.Record) string {
+			return r.Arrival.UTC().Format("2006-01") + "/" + r.EndUser + "/" + r.UserID
+		}},
+		{by: []store.Dim{store.DimEndUser, store.DimHour}, key: func(r *record.Record) string {
+			return r.EndUser + "/" + r.Arrival.UTC().Truncate(time.Hour).Format(time.RFC3339)
+		}},
+		// Ragged: hours at both ends, a whole day between.
+		{from: day0.Add(5 * time.Hour), to: day0.Add(53 * time.Hour), by: []store.Dim{store.DimEndUser, store.DimModel},
+			key: func(r *record.Record) string { return r.EndUser + "/" + r.Model }},
+		{where: map[store.Dim]string{store.DimEndUser: "customer-3"}, by: []store.Dim{store.DimBizLine},
+			key: func(r *record.Record) string { return r.BizLine }},
+	}
+	for _, tc := range cases {
+		in := filter(named, func(r *record.Record) bool {
+			return (tc.from.IsZero() || !r.Arrival.Before(tc.from)) && (tc.to.IsZero() || r.Arrival.Before(tc.to)) &&
+				(tc.where == nil || r.EndUser == tc.where[store.DimEndUser])
+		})
+		want := sums(in, tc.key)
+		got := reportMap(t, s, store.ReportQuery{From: tc.from, To: tc.to, GroupBy: tc.by, Where: tc.where})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("[%v, %v) by %v where %v (-ledger sums +report):\n%s", tc.from, tc.to, tc.by, tc.where, diff)
+		}
+	}
+	// The other reports are unchanged by the end-user rollups.
+	if diff := cmp.Diff(sums(recs, func(*record.Record) string { return "" }), reportMap(t, s, store.ReportQuery{})); diff != "" {
+		t.Errorf("total (-ledger sums +report):\n%s", diff)
+	}
+	for _, q := range []store.ReportQuery{
+		{GroupBy: []store.Dim{store.DimEndUser, store.DimKey}},
+		{GroupBy: []store.Dim{store.DimMinute, store.DimEndUser}},
+		{Where: map[store.Dim]string{store.DimEndUser: ""}},
+	} {
+		if _, err := s.Report(t.Context(), q); err == nil || !strings.Contains(err.Error(), "end") {
+			t.Errorf("Report(%+v) = %v; want an error naming the end user's limits", q, err)
+		}
 	}
 }

@@ -38,15 +38,65 @@
   const dash = '—';
   const isNum = (v) => typeof v === 'number' && isFinite(v);
   const fmtMS = (v) => (isNum(v) ? v.toFixed(1) : dash);
-  const fmtInt = (v) => (isNum(v) ? String(Math.round(v)) : dash);
+  const fmtInt = (v) => (isNum(v) ? Math.round(v).toLocaleString('en-US') : dash);
   const fmtRate = (v) => (isNum(v) ? v.toFixed(1) : dash);
   const pad = (n, w = 2) => String(n).padStart(w, '0');
+  // ---- time zone -------------------------------------------------------
+  // One zone per page, chosen in the header and carried in the URL
+  // (?tz=browser|UTC|store): every time shown and typed is in it. URLs keep
+  // instants in UTC, so a drill-down keeps the instant whatever the zone.
+  const ZONES = ['browser', 'UTC', 'store'];
+  let zoneChoice = 'browser';
+  let storeZone = 'UTC'; // the API's report time zone (GET reports)
+  const zoneName = () => (zoneChoice === 'UTC' ? 'UTC' : zoneChoice === 'store' ? storeZone : undefined);
+  const zoneLabel = () => zoneName() || Intl.DateTimeFormat().resolvedOptions().timeZone || 'local';
+  const dtfCache = {};
+  // parts is the wall clock of ms in the page's zone.
+  function parts(ms) {
+    const z = zoneName() || '';
+    let f = dtfCache[z];
+    if (!f) {
+      f = new Intl.DateTimeFormat('en-US', { timeZone: z || undefined, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+      dtfCache[z] = f;
+    }
+    const o = {};
+    for (const p of f.formatToParts(new Date(ms))) o[p.type] = p.value;
+    return { y: +o.year, mo: +o.month, d: +o.day, H: +o.hour % 24, M: +o.minute, S: +o.second, ms: ((ms % 1000) + 1000) % 1000 };
+  }
+  // offsetMin is the zone's offset from UTC at ms, in minutes.
+  function offsetMin(ms) {
+    const p = parts(ms);
+    return Math.round((Date.UTC(p.y, p.mo - 1, p.d, p.H, p.M, p.S) - (ms - p.ms)) / 60000);
+  }
   function fmtTime(s) {
     if (!s) return dash;
-    const d = new Date(s);
-    if (isNaN(d)) return s;
-    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+    const ms = typeof s === 'number' ? s : Date.parse(s);
+    if (isNaN(ms)) return s;
+    const d = parts(ms);
+    return `${d.y}-${pad(d.mo)}-${pad(d.d)} ${pad(d.H)}:${pad(d.M)}:${pad(d.S)}.${pad(d.ms, 3)}`;
   }
+  // isoZone is ms as RFC 3339 in the page's zone: what From/Until show.
+  function isoZone(ms) {
+    const d = parts(ms), off = offsetMin(ms);
+    const o = off === 0 ? 'Z' : (off > 0 ? '+' : '-') + pad(Math.floor(Math.abs(off) / 60)) + ':' + pad(Math.abs(off) % 60);
+    return `${d.y}-${pad(d.mo)}-${pad(d.d)}T${pad(d.H)}:${pad(d.M)}:${pad(d.S)}${o}`;
+  }
+  // parseZone reads a typed time: with an offset (or Z) as written,
+  // without one as a wall clock in the page's zone. NaN when unreadable.
+  function parseZone(v) {
+    v = (v || '').trim();
+    if (!v) return NaN;
+    if (/(Z|[+-]\d\d:?\d\d)$/i.test(v)) return Date.parse(v);
+    const m = v.match(/^(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d)(?::(\d\d))?)?$/);
+    if (!m) return NaN;
+    const wall = Date.UTC(+m[1], +m[2] - 1, +m[3], +(m[4] || 0), +(m[5] || 0), +(m[6] || 0));
+    let ms = wall - offsetMin(wall) * 60000;
+    ms = wall - offsetMin(ms) * 60000; // once more across a DST change
+    return ms;
+  }
+  // typedToURL turns a typed From/Until into the UTC instant the URL keeps.
+  const typedToURL = (v) => { const ms = parseZone(v); return isNaN(ms) ? (v || '').trim() : iso(ms); };
+  const shownFromURL = (v) => { const ms = Date.parse(v || ''); return v && !isNaN(ms) ? isoZone(ms) : v || ''; };
   const fmtCost = (c) => (c && c.currency ? `${c.amount} ${c.currency}` : c && c.nanos ? c.amount : dash);
 
   // ---- URL state --------------------------------------------------------
@@ -54,7 +104,7 @@
     const raw = location.hash.replace(/^#\/?/, '');
     const [path, query] = raw.split('?');
     const parts = path.split('/').map(decodeURIComponent);
-    return { page: parts[0] || 'requests', arg: parts.slice(1).join('/'), params: new URLSearchParams(query || '') };
+    return { page: parts[0] || 'overview', arg: parts.slice(1).join('/'), params: new URLSearchParams(query || '') };
   }
   function href(page, arg, params) {
     let s = '#/' + page;
@@ -70,7 +120,23 @@
 
   // ---- API --------------------------------------------------------------
   class APIError extends Error {
-    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+    constructor(status, code, message, param) { super(message); this.status = status; this.code = code; this.param = param || ''; }
+  }
+  // apiErrorText is the catalogue's words for an API error, by its code
+  // (and parameter): the server's own message is English, kept in a title.
+  function apiErrorText(err) {
+    const p = { param: err.param || '', status: err.status || '' };
+    switch (err.code) {
+      case 'unauthorized': return localStorage.getItem('tollgate.token') ? t('apierr.wrong_token') : t('apierr.unauthorized');
+      case 'forbidden': return t('apierr.forbidden');
+      case 'not_found': return t('apierr.not_found');
+      case 'bad_parameter': case 'bad_filter': return p.param ? t('apierr.bad_parameter', p) : t('apierr.bad_request');
+      case 'bad_period': return t('apierr.bad_period');
+      case 'bad_limit': return t('apierr.bad_limit');
+      case 'store_not_connected': return t('apierr.store_not_connected');
+      case 'store_error': return t('apierr.store_error');
+      default: return err.status ? t('apierr.generic', p) : t('apierr.network');
+    }
   }
   async function api(path) {
     const headers = { Accept: 'application/json' };
@@ -81,12 +147,14 @@
     try { body = await resp.json(); } catch (e) { body = null; }
     if (!resp.ok) {
       const err = (body && body.error) || {};
-      throw new APIError(resp.status, err.code || '', err.message || resp.statusText);
+      let param = err.parameter || '';
+      if (!param && /^[a-z_]+: /.test(err.message || '')) param = err.message.split(':')[0];
+      throw new APIError(resp.status, err.code || '', err.message || resp.statusText, param);
     }
     return body;
   }
   function errorBox(err) {
-    const box = h('div', { class: 'error', 'data-testid': 'error' }, h('strong', {}, t('error.title')), ' ', err.message || String(err));
+    const box = h('div', { class: 'error', 'data-testid': 'error', 'data-code': err.code || '', title: err.message || String(err) }, h('strong', {}, t('error.title')), ' ', apiErrorText(err));
     if (err.status === 401 || err.status === 403) {
       const input = h('input', { type: 'password', placeholder: t('token.placeholder'), 'aria-label': t('token.placeholder') });
       box.append(h('p', {}, t('token.explain')),
@@ -98,7 +166,12 @@
 
   // ---- tables -----------------------------------------------------------
   // table builds a table from columns [{label, num, cell(row)}] and rows.
+  // table builds a table inside its own scroll box: a table wider than
+  // its card (a phone, a reconciliation's many columns) scrolls there.
   function table(cols, rows, attrs) {
+    return h('div', { class: 'scroll' }, rawTable(cols, rows, attrs));
+  }
+  function rawTable(cols, rows, attrs) {
     return h('table', attrs || {},
       h('thead', {}, h('tr', {}, cols.map((c) => h('th', { class: c.num ? 'num' : null }, c.label)))),
       h('tbody', {}, rows.map((r) => h('tr', c0(r), cols.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(r)))))));
@@ -120,6 +193,12 @@
 
   // ---- Requests ---------------------------------------------------------
   const REQ_FILTERS = ['range', 'since', 'until', 'user', 'biz_line', 'model', 'status', 'trace_id', 'template', 'slow', 'errors', 'limit'];
+  // SORTS: what a column header sorts the listed page by (descending;
+  // arrival is the API's own order, newest first).
+  const SORTS = {
+    ttft: (r) => r.timing.ttft_ms, e2e: (r) => r.timing.e2e_ms, input: (r) => r.usage.input_tokens,
+    output: (r) => r.usage.output_tokens, cost: (r) => (r.cost && r.cost.nanos) || 0,
+  };
   async function pageRequests(main, params) {
     const get = (k, d = '') => params.get(k) || d;
     const range = get('range', '24h');
@@ -129,8 +208,8 @@
       h('option', { value: v, selected: v === get('slow') }, v ? t('requests.slower_than', { d: v }) : t('requests.any_speed'))));
     const form = h('form', { class: 'filters', 'data-testid': 'filters' },
       h('label', {}, t('filter.range'), rangeSel),
-      field('since', t('filter.since'), { placeholder: '2026-11-01T08:00:00Z', size: 22 }),
-      field('until', t('filter.until'), { placeholder: '2026-11-01T09:00:00Z', size: 22 }),
+      h('label', {}, t('filter.since_zone', { zone: zoneLabel() }), h('input', { name: 'since', value: shownFromURL(get('since')), placeholder: isoZone(Date.now() - 3600e3).slice(0, 16), size: 25 })),
+      h('label', {}, t('filter.until_zone', { zone: zoneLabel() }), h('input', { name: 'until', value: shownFromURL(get('until')), placeholder: isoZone(Date.now()).slice(0, 16), size: 25 })),
       field('user', t('filter.user')), field('biz_line', t('filter.biz_line')), field('model', t('filter.model')),
       field('status', t('filter.status'), { size: 5, inputmode: 'numeric' }),
       field('trace_id', t('filter.trace_id'), { size: 34 }), field('template', t('filter.template')),
@@ -143,7 +222,8 @@
       const fd = new FormData(form);
       const o = {};
       for (const k of REQ_FILTERS) o[k] = k === 'errors' ? fd.has('errors') : (fd.get(k) || '').trim();
-      if ((o.since || o.until) && o.range !== 'custom') o.range = 'custom';
+      o.since = o.since && typedToURL(o.since); o.until = o.until && typedToURL(o.until);
+      if ((o.since || o.until) && o.range !== 'custom' && (o.since !== get('since') || o.until !== get('until'))) o.range = 'custom';
       if (o.range !== 'custom') { o.since = ''; o.until = ''; }
       location.hash = href('requests', '', paramsOf(o));
     });
@@ -159,6 +239,9 @@
     } else {
       q.set('since', new Date(Date.now() - (RANGES[range] || RANGES['24h'])).toISOString());
     }
+    // Paging: "older" lists the rows before the last one shown (before=,
+    // an arrival instant); the browser's back button goes newer again.
+    if (get('before')) q.set('until', get('before'));
     const limit = get('limit', '100');
     q.set('limit', limit);
     const out = h('div', { class: 'card' }, h('p', { class: 'muted' }, t('common.loading')));
@@ -166,22 +249,31 @@
     let data;
     try { data = await api('requests?' + q.toString()); } catch (err) { out.replaceChildren(errorBox(err)); return; }
     const recs = data.requests || [];
+    const sortKey = SORTS[get('sort')] ? get('sort') : '';
     const cols = [
       { label: t('col.arrival'), cell: (r) => fmtTime(r.timing.arrival) },
       { label: t('col.request_id'), cell: (r) => h('a', { href: href('request', r.request_id), 'data-testid': 'request-link' }, r.request_id) },
-      { label: t('col.user'), cell: (r) => r.user_id || dash },
+      { label: t('col.user'), cell: (r) => (r.user_id ? h('a', { href: href('requests', '', paramsOf({ range: range, since: get('since'), until: get('until'), user: r.user_id })), 'data-testid': 'user-link' }, r.user_id) : dash) },
       { label: t('col.biz_line'), cell: (r) => r.biz_line || dash },
       { label: t('col.model'), cell: (r) => r.model },
       { label: t('col.status'), cell: (r) => statusCell(r) },
-      { label: t('col.ttft_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'ttft' }, fmtMS(r.timing.ttft_ms)) },
-      { label: t('col.e2e_ms'), num: true, cell: (r) => h('span', { 'data-testid': 'e2e' }, fmtMS(r.timing.e2e_ms)) },
-      { label: t('col.input_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens)) },
-      { label: t('col.output_tokens'), num: true, cell: (r) => h('span', { 'data-testid': 'output-tokens' }, fmtInt(r.usage.output_tokens)) },
-      { label: t('col.cost'), num: true, cell: (r) => fmtCost(r.cost) },
+      { label: sortHead('ttft', t('col.ttft_ms')), num: true, cell: (r) => h('span', { 'data-testid': 'ttft' }, fmtMS(r.timing.ttft_ms)) },
+      { label: sortHead('e2e', t('col.e2e_ms')), num: true, cell: (r) => h('span', { 'data-testid': 'e2e' }, fmtMS(r.timing.e2e_ms)) },
+      { label: sortHead('input', t('col.input_tokens')), num: true, cell: (r) => h('span', { 'data-testid': 'input-tokens' }, inputTokens(r.usage, r.usage.input_tokens)) },
+      { label: sortHead('output', t('col.output_tokens')), num: true, cell: (r) => h('span', { 'data-testid': 'output-tokens' }, fmtInt(r.usage.output_tokens)) },
+      { label: sortHead('cost', t('col.cost')), num: true, cell: (r) => fmtCost(r.cost) },
     ];
+    const shown = sortKey ? recs.slice().sort((a, b) => (SORTS[sortKey](b) || 0) - (SORTS[sortKey](a) || 0)) : recs;
     const note = recs.length >= Number(limit) ? t('requests.capped', { n: recs.length }) : t('requests.count', { n: recs.length });
-    out.replaceChildren(h('p', { class: 'muted', 'data-testid': 'count' }, note),
-      recs.length ? table(cols, recs, { 'data-testid': 'requests' }) : h('p', { class: 'placeholder' }, t('requests.none')));
+    const older = recs.length >= Number(limit) ? h('a', { class: 'button', 'data-testid': 'older', href: href('requests', '', (() => { const p = new URLSearchParams(params); p.set('before', recs[recs.length - 1].timing.arrival); return p; })()) }, t('requests.older')) : null;
+    out.replaceChildren(...[h('p', { class: 'muted', 'data-testid': 'count' }, note, get('before') ? ' · ' + t('requests.before', { t: fmtTime(get('before')) }) : ''),
+      recs.length ? table(cols, shown, { 'data-testid': 'requests' }) : h('p', { class: 'placeholder' }, t('requests.none')),
+      sortKey ? h('p', { class: 'hint' }, t('requests.sort_hint')) : null, older].filter((x) => x));
+    function sortHead(k, label) {
+      const p = new URLSearchParams(params);
+      if (sortKey === k) p.delete('sort'); else p.set('sort', k);
+      return h('a', { href: href('requests', '', p), class: 'sort' + (sortKey === k ? ' on' : ''), 'data-testid': 'sort-' + k }, label, sortKey === k ? ' ↓' : '');
+    }
   }
   function statusCell(r) {
     const bad = r.status >= 400 || r.error_type;
@@ -223,6 +315,19 @@
   function inputTokens(u, n) {
     return u.input_unknown ? t('usage.unknown') : fmtInt(n);
   }
+  // sourceLabel says where a segment's time came from (the server's
+  // source string is English: kept as a title).
+  function sourceLabel(s) {
+    if (!s) return '';
+    if (s === 'gateway') return t('src.gateway');
+    if (s.startsWith('engine:')) return t('src.engine', { signal: s.slice(7) });
+    if (s.startsWith('gateway+inferred:')) return t('src.gateway_inferred');
+    if (s.startsWith('inferred:upstream (')) return t('src.upstream_not_split');
+    if (s.startsWith('inferred:no token')) return t('src.no_token');
+    if (s.startsWith('inferred:upstream TTFT')) return t('src.upstream_ttft');
+    if (s.startsWith('inferred:')) return t('src.inferred');
+    return s;
+  }
   function sourceHelp(s) {
     switch (s) {
       case 'engine': return t('usage.source.engine');
@@ -232,8 +337,8 @@
       default: return t('usage.source.none');
     }
   }
-  const figure = (label, value, unit, id) => h('div', { class: 'figure' }, h('div', { class: 'label' }, label),
-    h('div', {}, h('span', { class: 'value', 'data-testid': id || null }, value), unit && value !== dash ? h('span', { class: 'unit' }, unit) : null));
+  const figure = (label, value, unit, id, raw) => h('div', { class: 'figure' }, h('div', { class: 'label' }, label),
+    h('div', {}, h('span', { class: 'value', 'data-testid': id || null, 'data-value': raw === undefined || raw === null ? null : String(raw) }, value), unit && value !== dash ? h('span', { class: 'unit' }, unit) : null));
   const kv = (pairs) => h('dl', { class: 'kv' }, pairs.filter((p) => p).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v === '' || v === undefined || v === null ? dash : v)]));
 
   async function pageRequest(main, id) {
@@ -277,7 +382,7 @@
         h('span', {}, segLabel(s)),
         h('div', { class: 'wf-track' }, v > 0 ? h('div', { class: 'wf-bar seg-' + s, style: `left:${left.toFixed(3)}%;width:${width.toFixed(3)}%`, title: `${segLabel(s)} ${fmtMS(v)} ms` }) : null),
         h('span', { class: 'num' }, fmtMS(v) + ' ms'),
-        h('span', { class: 'muted' }, pending && src.startsWith('inferred:') ? src + ' — ' + t('request.engine_pending_short') : src));
+        h('span', { class: 'muted', title: src }, pending && src.startsWith('inferred:') ? sourceLabel(src) + ' — ' + t('request.engine_pending_short') : sourceLabel(src)));
     });
     main.append(h('div', { class: 'card', 'data-testid': 'waterfall' }, h('h2', {}, t('request.waterfall')),
       h('p', { class: 'hint' }, t('request.waterfall_hint')),
@@ -314,7 +419,8 @@
     main.append(h('div', { class: 'grid2' },
       h('div', { class: 'card', 'data-testid': 'result' }, h('h2', {}, t('request.result')),
         kv([[t('result.status'), String(r.status)], [t('result.upstream_status'), r.upstream_status ? String(r.upstream_status) : dash],
-          [t('result.error_type'), r.error_type], [t('result.error_message'), r.error_message], [t('result.finish_reason'), r.finish_reason],
+          [t('result.error_type'), r.error_type ? h('code', {}, r.error_type) : ''], [t('result.error_message'), r.error_message ? (lang === 'en' ? r.error_message : h('span', { title: r.error_message }, t('result.see_error_type'))) : ''],
+          [t('result.finish_reason'), r.finish_reason ? h('code', {}, r.finish_reason) : ''],
           [t('result.attempt'), String(r.attempt)], [t('result.retries'), String(r.retries)],
           [t('result.stream'), r.stream ? t('common.yes') : t('common.no')],
           [t('result.cache_hit'), r.cache_hit ? t('common.yes') : t('common.no')],
@@ -322,13 +428,13 @@
       h('div', { class: 'card', 'data-testid': 'identity' }, h('h2', {}, t('request.identity')),
         kv([[t('id.trace_id'), h('code', { 'data-testid': 'trace-id' }, r.trace_id)], [t('id.logical_request_id'), r.logical_request_id],
           [t('id.user'), r.user_id], [t('id.key_id'), r.key_id], [t('id.biz_line'), r.biz_line], [t('id.team'), r.team],
-          [t('id.session'), r.session_id], [t('id.template'), r.template_id], [t('id.endpoint'), r.endpoint],
-          [t('id.model'), r.model], [t('id.served_model'), r.served_model], [t('id.upstream'), r.upstream], [t('id.engine'), r.engine]]))));
+          [t('id.session'), r.session_id], [t('id.template'), r.template_id], [t('id.endpoint'), r.endpoint ? h('code', {}, r.endpoint) : ''],
+          [t('id.model'), r.model], [t('id.served_model'), r.served_model], [t('id.upstream'), r.upstream ? h('code', {}, r.upstream) : ''], [t('id.engine'), r.engine ? h('code', {}, r.engine) : '']]))));
 
     if (r.engine_timing) {
       const e = r.engine_timing;
       main.append(h('div', { class: 'card', 'data-testid': 'engine' }, h('h2', {}, t('request.engine')),
-        kv([[t('engine.signal'), e.signal], [t('engine.queue'), fmtMS(e.queue_ms)], [t('engine.ttft'), fmtMS(e.ttft_ms)],
+        kv([[t('engine.signal'), h('code', {}, e.signal)], [t('engine.queue'), fmtMS(e.queue_ms)], [t('engine.ttft'), fmtMS(e.ttft_ms)],
           [t('engine.prefill'), fmtMS(e.prefill_ms)], [t('engine.decode'), fmtMS(e.decode_ms)], [t('engine.e2e'), fmtMS(e.e2e_ms)]])));
     }
 
@@ -345,7 +451,7 @@
   function drawTimeline(el, points) {
     if (typeof uPlot !== 'function') { el.append(h('p', { class: 'muted' }, t('request.timeline_nochart'))); return; }
     const xs = points.map((p) => p[1]), ys = points.map((p) => p[0] + 1);
-    const width = Math.max(320, Math.min(1100, el.parentElement.clientWidth - 32));
+    const width = Math.max(200, Math.min(1100, el.parentElement.clientWidth - 32));
     // eslint-disable-next-line no-new
     new uPlot({
       width, height: 240,
@@ -380,6 +486,20 @@
       case 'share': return t('col.share');
       case 'est_cost': return t('col.est_cost');
       case 'detail': return t('col.detail');
+      case 'model': return t('col.model');
+      case 'template': return t('col.template');
+      case 'finish_length': return t('col.finish_length');
+      case 'length_share': return t('col.length_share');
+      case 'prefix_cache': return t('col.prefix_cache');
+      case 'segment': return t('col.segment');
+      case 'figure': return t('col.figure');
+      case 'p50_ms': return 'P50 (ms)';
+      case 'p99_ms': return 'P99 (ms)';
+      case 'p99_over_p50': return 'P99 / P50';
+      case 'cost_per_request': return t('col.cost_per_request');
+      case 'avg_input_tokens': return t('col.avg_input_tokens');
+      case 'avg_output_tokens': return t('col.avg_output_tokens');
+      case 'cache_hit_rate': return t('col.prefix_cache_share');
       case 'ttft_p50_ms': return 'TTFT P50 (ms)';
       case 'ttft_p95_ms': return 'TTFT P95 (ms)';
       case 'ttft_p99_ms': return 'TTFT P99 (ms)';
@@ -388,6 +508,37 @@
       default: return name;
     }
   }
+  // wasteKind names a waste finding; wasteDetail says it in the page's
+  // language (the server's detail is English, kept as a title).
+  function wasteKind(k) {
+    switch (k) {
+      case 'duplicate_prompt': return t('waste.duplicate_prompt');
+      case 'prompt_grew': return t('waste.prompt_grew');
+      case 'cut_by_max_tokens': return t('waste.cut_by_max_tokens');
+      case 'low_prefix_cache_hits': return t('waste.low_prefix_cache_hits');
+      default: return k;
+    }
+  }
+  function wasteDetail(row) {
+    switch (row.finding) {
+      case 'duplicate_prompt': return t('waste.detail_duplicate_prompt');
+      case 'prompt_grew': return t('waste.detail_prompt_grew');
+      case 'cut_by_max_tokens': return t('waste.detail_cut_by_max_tokens');
+      case 'low_prefix_cache_hits': return t('waste.detail_low_prefix_cache_hits');
+      default: return row.detail;
+    }
+  }
+  // valueCell shows a report's text value: names the catalogue knows are
+  // translated; data (models, users, templates) is shown as it is.
+  function valueCell(name, v, row) {
+    if (name === 'finding') return h('span', { title: v }, wasteKind(v));
+    if (name === 'flag') return h('span', { title: v, class: 'status-bad' }, t('cost.flag_top'));
+    if (name === 'detail' && row.finding) return h('span', { title: v, style: 'white-space:normal' }, wasteDetail(row));
+    if (name === 'segment') return segLabel(v);
+    if (name === 'prefix_cache') return v === 'hit' ? t('diag.prefix_hit') : v === 'miss' ? t('diag.prefix_miss') : v;
+    if (v === '(none)') return t('common.none');
+    return v;
+  }
   function reportTable(res) {
     if (!res.rows || !res.rows.length) return h('p', { class: 'placeholder' }, t('cost.no_data'));
     const NUM = ['int', 'float', 'money', 'percent'];
@@ -395,6 +546,8 @@
       label: colLabel(c.name), num: NUM.includes(c.kind),
       cell: (row) => {
         const v = row[c.name];
+        if (c.kind === 'int' && isNum(v)) return fmtInt(v);
+        if (c.kind === 'text' && typeof v === 'string' && v !== '') return valueCell(c.name, v, row);
         if (c.kind === 'percent' && isNum(v)) return (v * 100).toFixed(1) + ' %';
         if (c.kind === 'float' && isNum(v)) return v.toFixed(1);
         return v === null || v === undefined || v === '' ? dash : String(v);
@@ -424,15 +577,15 @@
         h('td', { class: 'num' }, h('span', { 'data-testid': 'burn-used' }, burnAmount(u, u.used)), ' / ', burnAmount(u, u.quota),
           u.reserved > 0 ? h('span', { class: 'muted' }, ' ' + t('budget.reserved', { n: burnAmount(u, u.reserved) })) : null),
         h('td', { class: 'burn-cell' }, h('div', { class: 'burn-track' }, h('div', { class: 'burn-bar', style: `width:${width.toFixed(1)}%` }))),
-        h('td', { class: 'num', 'data-testid': 'burn-share' }, fmtPct(u.share) + ' %'));
+        h('td', { class: 'num', 'data-testid': 'burn-share' }, pctCell(u.share)));
     });
     const d = list[0];
     return h('div', {},
       h('p', { class: 'hint' }, t('budget.day', { from: fmtTime(d.day_start).slice(0, 16), to: fmtTime(d.day_end).slice(0, 16) })),
-      h('table', { 'data-testid': 'budget-table' },
+      h('div', { class: 'scroll' }, h('table', { 'data-testid': 'budget-table' },
         h('thead', {}, h('tr', {}, h('th', {}, t('budget.scope')), h('th', {}, t('budget.limit')), h('th', { class: 'num' }, t('budget.used_quota')),
           h('th', {}, t('budget.burn')), h('th', { class: 'num' }, t('budget.share')))),
-        h('tbody', {}, rows)));
+        h('tbody', {}, rows))));
   }
   // budgetsBody renders GET /api/v1/budgets: each configured budget (day,
   // month or rolling window; user, key, business line or team) with its
@@ -513,10 +666,10 @@
       { label: t('recon.cost'), num: true, cell: (r) => moneyList(r.bill_cost) + ' / ' + moneyList(r.ledger_cost) },
       { label: t('recon.status'), cell: (r) => sevBadge(r.severity) },
     ];
-    return h('table', { 'data-testid': 'recon-table' },
+    return h('div', { class: 'scroll' }, h('table', { 'data-testid': 'recon-table' },
       h('thead', {}, h('tr', {}, cols.map((c) => h('th', { class: c.num ? 'num' : null }, c.label)))),
       h('tbody', {}, runs.map((r) => h('tr', { 'data-run-id': String(r.id), class: r.over_tolerance ? 'recon-over' : null },
-        cols.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(r)))))));
+        cols.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(r))))))));
   }
   async function pageReconciliation(main, id) {
     main.append(h('p', {}, h('a', { href: '#/cost' }, '← ' + t('recon.back'))));
@@ -543,7 +696,7 @@
       ], Q)));
     const bl = (ln, k) => fmtInt(ln.bill[k]) + ' / ' + fmtInt(ln.ledger[k]);
     main.append(h('div', { class: 'card', 'data-testid': 'recon-lines' }, h('h2', {}, t('recon.lines', { n: lines.length })), h('p', { class: 'hint' }, t('recon.lines_hint')),
-      lines.length ? h('table', { 'data-testid': 'recon-lines-table' },
+      lines.length ? h('div', { class: 'scroll' }, h('table', { 'data-testid': 'recon-lines-table' },
         h('thead', {}, h('tr', {}, [t('col.day'), t('col.model'), t('recon.key'), t('recon.side'), t('recon.status'), t('recon.requests'), t('recon.input'),
           t('recon.cached'), t('recon.output'), t('recon.diff'), t('recon.unexplained'), t('recon.explained'), t('recon.cost'), t('recon.notes')]
           .map((l, i) => h('th', { class: i >= 5 && i <= 10 ? 'num' : null }, l)))),
@@ -556,7 +709,7 @@
           h('td', { class: 'num', 'data-testid': 'recon-line-unexplained' }, signedInt(tokensOf(ln.unexplained))),
           h('td', {}, (ln.explained || []).map((e) => causeLabel(e.cause) + ' ' + signedInt(tokensOf(e.amount))).join(' · ') || dash),
           h('td', { class: 'num' }, (ln.bill_cost ? fmtMoney(Number(ln.bill_cost.amount), ln.bill_cost.currency) : dash) + ' / ' + (ln.ledger_cost ? fmtMoney(Number(ln.ledger_cost.amount), ln.ledger_cost.currency) : dash)),
-          h('td', { style: 'white-space:normal' }, (ln.notes || []).join(' '))))))
+          h('td', { style: 'white-space:normal' }, (ln.notes || []).join(' ')))))))
         : h('p', { class: 'placeholder' }, t('recon.no_lines'))));
   }
   async function pageCost(main, params) {
@@ -575,6 +728,38 @@
       location.hash = href('cost', '', paramsOf(o));
     });
     main.append(h('h1', {}, t('cost.title')), h('div', { class: 'card' }, form, h('p', { class: 'hint' }, t('cost.period_hint'))));
+    // Cost over time, one chart per currency (amounts in different
+    // currencies are never added), stacked by business line or model.
+    const by = params.get('cost_by') === 'model' ? 'model' : 'biz_line';
+    const overTime = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    const bySel = h('select', { 'data-testid': 'cost-by', onchange: (e) => { const p = new URLSearchParams(params); p.set('cost_by', e.target.value); location.hash = href('cost', '', p); } },
+      h('option', { value: 'biz_line', selected: by === 'biz_line' }, t('col.biz_line')), h('option', { value: 'model', selected: by === 'model' }, t('col.model')));
+    const noPrice = h('div', {});
+    main.append(h('div', { class: 'card', 'data-testid': 'cost-over-time' }, h('h2', {}, t('cost.over_time')),
+      h('p', { class: 'hint' }, h('label', {}, t('cost.stack_by'), ' ', bySel)), noPrice, overTime));
+    const loadOverTime = async () => {
+      const toMS = to && !isNaN(parseZone(to)) ? parseZone(to) : Date.now();
+      const fromMS = from && !isNaN(parseZone(from)) ? parseZone(from) : toMS - 7 * 86400e3;
+      const sq = new URLSearchParams({ from: iso(fromMS), to: iso(toMS), step: toMS - fromMS <= 2 * 86400e3 ? '1h' : '1d', by, measures: 'requests,cost_nanos' });
+      for (const k of ['biz_line', 'model']) if (params.get(k)) sq.set(k, params.get(k));
+      try {
+        const [res, ov] = await Promise.all([api('series?' + sq.toString()), api(`overview?from=${encodeURIComponent(iso(fromMS))}&to=${encodeURIComponent(iso(toMS))}`).catch(() => null)]);
+        const unpriced = ov ? ((ov.by_model || {}).top || []).filter((m) => m.requests > 0 && !Object.keys(m.cost || {}).length).map((m) => m.key) : [];
+        noPrice.replaceChildren(unpriced.length ? h('p', { class: 'error', 'data-testid': 'no-price-models' }, t('cost.no_price_models', { models: unpriced.join(', ') })) : '');
+        const series = res.series || [];
+        const ts = series.length ? series[0].points.map((p) => p.t) : [];
+        const curs = [...new Set(series.flatMap((x) => x.points.flatMap((p) => Object.keys(p.cost || {}))))].sort();
+        if (!curs.length) { overTime.replaceChildren(h('p', { class: 'placeholder' }, t('cost.no_data'))); return; }
+        const grid = h('div', { class: 'grid2' });
+        overTime.replaceChildren(grid);
+        for (const cur of curs) {
+          const [card, plot] = chartCard(t('cost.over_time_currency', { currency: cur }), '', 'chart-cost-' + cur);
+          grid.append(card);
+          chart(plot, ts, series.map((x, j) => ({ label: x.key[by] || dash, values: x.points.map((p) => (p.cost && isNum(p.cost[cur]) ? p.cost[cur] : 0)), color: COLORS[j % COLORS.length] })),
+            { stacked: true, unit: cur, fmt: (v) => fmtMoney(v, cur), xRange: [fromMS, toMS] });
+        }
+      } catch (err) { overTime.replaceChildren(errorBox(err)); }
+    };
     const budget = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
     main.append(h('div', { class: 'card', 'data-testid': 'budget' }, h('h2', {}, t('budget.title')), h('p', { class: 'hint' }, t('budget.hint')), budget));
     const loadBudget = async () => {
@@ -607,10 +792,10 @@
       main.append(h('div', { class: 'card', 'data-testid': 'report-' + kind }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, body));
       return [kind, body];
     });
-    await Promise.all([loadBudget(), loadBudgets(), loadRecon(), ...cards.map(async ([kind, body]) => {
+    await Promise.all([loadOverTime(), loadBudget(), loadBudgets(), loadRecon(), ...cards.map(async ([kind, body]) => {
       try {
         const res = await api('reports/' + kind + '?' + q.toString());
-        body.replaceChildren(h('p', { class: 'hint' }, t('cost.period', { from: res.from, to: res.to })), reportTable(res));
+        body.replaceChildren(h('p', { class: 'hint' }, t('cost.period', { from: fmtTime(res.from).slice(0, 16), to: fmtTime(res.to).slice(0, 16) })), reportTable(res));
       } catch (err) { body.replaceChildren(errorBox(err)); }
     })]);
   }
@@ -627,19 +812,59 @@
     return h('a', { href: href('requests', '', p), 'data-testid': 'alert-requests' }, t('alerts.see_requests'));
   }
   const labelsText = (l) => (l ? Object.entries(l).map(([k, v]) => `${k}=${v}`).join(' ') : '');
+  function alertSeverity(s) {
+    switch (s) {
+      case 'warning': return t('alert.severity_warning');
+      case 'critical': return t('alert.severity_critical');
+      case 'info': return t('alert.severity_info');
+      default: return s || dash;
+    }
+  }
+  function alertState(s) {
+    switch (s) {
+      case 'pending': return t('alert.state_pending');
+      case 'firing': return t('alert.state_firing');
+      case 'resolved': return t('alert.state_resolved');
+      case 'inactive': return t('alert.state_inactive');
+      default: return s || dash;
+    }
+  }
+  // alertMessage says what an alert measured, in the page's language, from
+  // its fields (the server's summary is English: kept as a title).
+  // alertUnit shows an alert's value in its unit, in the page's language
+  // (a ratio as a percentage).
+  function alertValue(v, unit) {
+    switch (unit) {
+      case 'ratio': return isNum(v) ? fmtNum(v * 100) + ' %' : dash;
+      case 's': return fmtNum(v) + ' s';
+      case 'tokens': return fmtNum(v) + ' ' + t('unit.tokens');
+      case 'requests': return fmtNum(v) + ' ' + t('unit.requests');
+      case 'per hour': return fmtNum(v) + ' ' + t('unit.per_hour');
+      case '': case undefined: return fmtNum(v);
+      default: return fmtNum(v) + ' ' + unit;
+    }
+  }
+  function alertMessage(a) {
+    if (!a || !a.rule) return dash;
+    const v = { rule: a.rule, value: alertValue(a.value, a.unit), threshold: alertValue(a.threshold, a.unit), unit: '' };
+    return a.baseline ? t('alert.msg_baseline', Object.assign({ baseline: alertValue(a.baseline, a.unit) }, v)) : t('alert.msg', v);
+  }
+  const fmtNum = (v) => (isNum(v) ? String(+v.toPrecision(4)) : dash);
+  const alertOfEvent = (e) => { try { return JSON.parse(e.Data || '{}'); } catch (x) { return {}; } };
   async function pageAlerts(main, params) {
     main.append(h('h1', {}, t('alerts.title')));
     let data;
     try { data = await api('alerts' + (params.get('since') ? '?since=' + encodeURIComponent(params.get('since')) : '')); } catch (err) { main.append(errorBox(err)); return; }
     const active = data.active || [];
+    if (!(data.notifiers || []).length) main.append(h('p', { class: 'hint card', 'data-testid': 'no-notifier' }, t('alerts.no_notifier')));
     main.append(h('div', { class: 'card', 'data-testid': 'alerts-active' }, h('h2', {}, t('alerts.active', { n: active.length })),
       active.length ? table([
-        { label: t('col.severity'), cell: (a) => h('span', { class: 'badge ' + a.severity }, a.severity) },
-        { label: t('col.state'), cell: (a) => h('span', { class: 'badge ' + a.state }, a.state) },
-        { label: t('col.rule'), cell: (a) => a.rule },
-        { label: t('col.labels'), cell: (a) => labelsText(a.labels) },
-        { label: t('col.summary'), cell: (a) => h('span', { style: 'white-space:normal' }, a.summary) },
-        { label: t('col.value'), num: true, cell: (a) => `${+a.value.toPrecision(4)} / ${+a.threshold.toPrecision(4)} ${a.unit || ''}` },
+        { label: t('col.severity'), cell: (a) => h('span', { class: 'badge ' + a.severity, 'data-testid': 'alert-severity' }, alertSeverity(a.severity)) },
+        { label: t('col.state'), cell: (a) => h('span', { class: 'badge ' + a.state }, alertState(a.state)) },
+        { label: t('col.rule'), cell: (a) => h('code', {}, a.rule) },
+        { label: t('col.labels'), cell: (a) => h('code', {}, labelsText(a.labels)) },
+        { label: t('col.summary'), cell: (a) => h('span', { style: 'white-space:normal', title: a.summary }, alertMessage(a)) },
+        { label: t('col.value'), num: true, cell: (a) => alertValue(a.value, a.unit) + ' / ' + alertValue(a.threshold, a.unit) },
         { label: t('col.since'), cell: (a) => fmtTime(a.starts_at) },
         { label: '', cell: (a) => requestsLink(a.link) },
       ], active) : h('p', { class: 'placeholder' }, t('alerts.none_active'))));
@@ -647,8 +872,9 @@
     main.append(h('div', { class: 'card', 'data-testid': 'alerts-history' }, h('h2', {}, t('alerts.history')), h('p', { class: 'hint' }, t('alerts.history_hint')),
       hist.length ? table([
         { label: t('col.at'), cell: (e) => fmtTime(e.At) },
-        { label: t('col.subject'), cell: (e) => e.Subject },
-        { label: t('col.summary'), cell: (e) => h('span', { style: 'white-space:normal' }, e.Message) },
+        { label: t('col.state'), cell: (e) => { const a = alertOfEvent(e); return h('span', { class: 'badge ' + (a.state || '') }, alertState(a.state)); } },
+        { label: t('col.subject'), cell: (e) => h('code', {}, e.Subject) },
+        { label: t('col.summary'), cell: (e) => h('span', { style: 'white-space:normal', title: e.Message }, alertMessage(alertOfEvent(e))) },
         { label: '', cell: (e) => { try { return requestsLink(JSON.parse(e.Data || '{}').link); } catch (x) { return null; } } },
       ], hist) : h('p', { class: 'placeholder' }, t('alerts.none_history'))));
   }
@@ -674,7 +900,19 @@
     const span = (toMS - fromMS) / 1000;
     let step = params.get('step') || '';
     if (!STEPS.includes(step)) step = span <= 2 * 3600 ? '1m' : span <= 12 * 3600 ? '5m' : span <= 14 * 86400 ? '1h' : '1d';
-    return { range, from, to, fromISO: iso(fromMS), toISO: iso(toMS), step };
+    return { range, from, to, fromISO: iso(fromMS), toISO: iso(toMS), fromMS, toMS, step };
+  }
+  // MIN_RATE_N: a bucket with fewer requests draws no rate (one failure
+  // in one request is not "100 % errors"); its counts still show.
+  const MIN_RATE_N = 5;
+  const rateOf = (p, k) => (p && p.requests >= MIN_RATE_N && isNum(p[k]) ? p[k] * 100 : null);
+  const partialOf = (sp) => sp.findIndex((p) => p.partial);
+  // alertMarkers are the alert starts and ends of the window, for charts.
+  async function alertMarkers(w) {
+    try {
+      const res = await api('alerts?since=' + encodeURIComponent(w.fromISO));
+      return (res.history || []).filter((e) => Date.parse(e.At) <= w.toMS).map((e) => ({ at: e.At, kind: alertOfEvent(e).state === 'resolved' ? 'resolved' : 'fired' }));
+    } catch (err) { return []; }
   }
   const finer = (step) => ({ '1d': '1h', '1h': '5m', '5m': '1m', '1m': '1m' }[step]);
   const CURRENCY = { CNY: '¥', USD: '$', EUR: '€', JPY: '¥', GBP: '£' };
@@ -686,6 +924,7 @@
   const fmtCosts = (m) => (m && Object.keys(m).length ? Object.keys(m).sort().map((c) => fmtMoney(m[c], c)).join(' · ') : dash);
   const fmtSec = (v) => (isNum(v) ? (v * 1000).toFixed(1) : dash); // seconds shown as ms
   const fmtPct = (v) => (isNum(v) ? (v * 100).toFixed(1) : dash);
+  const pctCell = (v) => (isNum(v) ? fmtPct(v) + ' %' : dash);
   const fmtQPS = (v) => (isNum(v) ? (v >= 10 ? v.toFixed(1) : v.toPrecision(3)) : dash);
   const fmtBucket = (s) => fmtTime(s).slice(0, 16);
   const COLORS = ['#2457c5', '#f79009', '#b42318', '#12b76a', '#7a5af8', '#ee46bc', '#98a2b3', '#2e90fa'];
@@ -707,21 +946,35 @@
       data = data.map((vals) => vals.map((v, i) => (acc[i] += v || 0)));
       order = order.reverse(); // the tallest first, so each smaller one paints over it
     }
-    const series = [{ label: t('col.bucket') }].concat(order.map((i) => ({
+    // x: the page's zone, numbers only (no month names to translate), over
+    // the window asked (opts.xRange, ms) so a lone bucket or the engines'
+    // samples line up with the charts beside them.
+    const xr = opts.xRange ? [opts.xRange[0] / 1000, opts.xRange[1] / 1000] : null;
+    const spanS = xr ? xr[1] - xr[0] : xs[xs.length - 1] - xs[0];
+    const tick = (v) => {
+      const d = parts(v * 1000), day = `${pad(d.mo)}-${pad(d.d)}`;
+      if (spanS > 2 * 86400) return d.H === 0 && d.M === 0 ? day : `${day} ${pad(d.H)}:${pad(d.M)}`;
+      return `${pad(d.H)}:${pad(d.M)}` + (spanS <= 600 ? `:${pad(d.S)}` : '');
+    };
+    const series = [{ label: t('col.bucket'), value: (u, v) => (v == null ? dash : fmtTime(v * 1000).slice(0, 16)) }].concat(order.map((i) => ({
       label: lines[i].label, stroke: lines[i].color, width: 2,
       fill: opts.stacked ? lines[i].color : undefined, spanGaps: !!opts.spanGaps,
       points: { show: true, size: xs.length < 60 ? 5 : 3 }, // a lone value between gaps is a point, not a line
       value: (u, v, si, idx) => { const raw = lines[i].values[idx]; return isNum(raw) ? (opts.fmt || String)(raw) : dash; },
     })));
-    const width = Math.max(320, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
+    const width = Math.max(200, Math.min(1300, (el.parentElement ? el.parentElement.clientWidth : 640) - 32));
     const u = new uPlot({
       width, height: opts.height || 220,
       // Tick labels to six significant digits: uPlot's own rounding could
       // print 0.0025 and 0.002 both as "0.002" on small rates.
-      axes: [{}, { label: opts.unit || '', size: 60, values: (u, splits) => splits.map((v) => (v == null ? '' : String(Number(v.toPrecision(6))))) }],
-      scales: { y: { range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] } },
+      axes: [{ values: (u, splits) => splits.map((v) => (v == null ? '' : tick(v))) },
+        { label: opts.unit || '', size: 60, values: (u, splits) => splits.map((v) => (v == null ? '' : String(Number(v.toPrecision(6))))) }],
+      scales: { x: xr ? { time: true, range: () => xr } : { time: true }, y: { range: (u, mn, mx) => [0, mx > 0 ? mx * 1.1 : 1] } },
       series, legend: { show: true },
+      hooks: { draw: [(u) => drawMarks(u, opts, xs)] },
     }, [xs].concat(order.map((i) => data[i])), el);
+    el.dataset.partial = opts.partial !== undefined && opts.partial !== null && opts.partial >= 0 ? String(opts.partial) : '';
+    el.dataset.markers = String((opts.markers || []).length);
     el.uplot = u; // lets a test (or the console) aim at a bucket's point: el.uplot.valToPos(t, 'x')
     if (opts.onPick) {
       // A click picks the bucket under the cursor. Not on 'click': uPlot
@@ -742,6 +995,29 @@
     }
     return u;
   }
+  // drawMarks shades the bucket in progress (opts.partial: its index; it
+  // is not a dip, its count is still growing) and draws the alerts' start
+  // (red) and end (green) as vertical lines (opts.markers: [{at, kind}]).
+  function drawMarks(u, opts, xs) {
+    const c = u.ctx, top = u.bbox.top, hgt = u.bbox.height;
+    c.save();
+    if (opts.partial !== undefined && opts.partial !== null && opts.partial >= 0 && xs[opts.partial] !== undefined) {
+      const x0 = u.valToPos(xs[opts.partial], 'x', true);
+      const end = opts.stepS ? xs[opts.partial] + opts.stepS : u.scales.x.max;
+      const x1 = Math.max(x0 + 4, u.valToPos(Math.min(end, u.scales.x.max), 'x', true));
+      c.fillStyle = 'rgba(152,162,179,0.18)';
+      c.fillRect(x0, top, x1 - x0, hgt);
+    }
+    for (const m of opts.markers || []) {
+      const x = u.valToPos(Date.parse(m.at) / 1000, 'x', true);
+      if (!(x >= u.bbox.left && x <= u.bbox.left + u.bbox.width)) continue;
+      c.strokeStyle = m.kind === 'resolved' ? '#12b76a' : '#b42318';
+      c.lineWidth = 2;
+      c.setLineDash([5, 4]);
+      c.beginPath(); c.moveTo(x, top); c.lineTo(x, top + hgt); c.stroke();
+    }
+    c.restore();
+  }
   const chartCard = (title, hint, id) => {
     const plot = h('div', { class: 'plot', 'data-testid': id });
     return [h('div', { class: 'card' }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, plot), plot];
@@ -757,8 +1033,8 @@
     const stepSel = h('select', { name: 'step' }, ['', ...STEPS].map((s) => h('option', { value: s, selected: s === (params.get('step') || '') }, s || t('filter.step_auto'))));
     const form = h('form', { class: 'filters', 'data-testid': 'filters' },
       h('label', {}, t('filter.range'), rangeSel),
-      h('label', {}, t('filter.since'), h('input', { name: 'from', value: w.from, placeholder: '2026-11-01T08:00:00Z', size: 22 })),
-      h('label', {}, t('filter.until'), h('input', { name: 'to', value: w.to, placeholder: '2026-11-01T09:00:00Z', size: 22 })),
+      h('label', {}, t('filter.since_zone', { zone: zoneLabel() }), h('input', { name: 'from', value: shownFromURL(w.from), placeholder: isoZone(Date.now() - 3600e3).slice(0, 16), size: 25 })),
+      h('label', {}, t('filter.until_zone', { zone: zoneLabel() }), h('input', { name: 'to', value: shownFromURL(w.to), placeholder: isoZone(Date.now()).slice(0, 16), size: 25 })),
       h('label', {}, t('filter.step'), stepSel),
       (extra || []).map((k) => h('label', {}, filterLabel(k), h('input', { name: k, value: params.get(k) || '' }))),
       h('button', { type: 'submit' }, t('common.show')));
@@ -766,7 +1042,8 @@
       e.preventDefault();
       const fd = new FormData(form), o = {};
       for (const k of ['range', 'from', 'to', 'step', ...(extra || [])]) o[k] = (fd.get(k) || '').trim();
-      if ((o.from || o.to) && o.range !== 'custom') o.range = 'custom';
+      o.from = o.from && typedToURL(o.from); o.to = o.to && typedToURL(o.to);
+      if ((o.from || o.to) && o.range !== 'custom' && (o.from !== w.from || o.to !== w.to)) o.range = 'custom';
       if (o.range !== 'custom') { o.from = ''; o.to = ''; }
       location.hash = href(page, '', paramsOf(o));
     });
@@ -792,6 +1069,15 @@
   }
 
   // ---- Overview ---------------------------------------------------------
+  // change shows a figure against the previous period of the same length.
+  function change(cur, prev, id) {
+    if (!isNum(cur) || !isNum(prev)) return h('div', { class: 'delta muted', 'data-testid': id }, t('ov.prev_none'));
+    if (prev === 0) return h('div', { class: 'delta muted', 'data-testid': id }, t('ov.prev_value', { v: cur === 0 ? '0' : '—' }));
+    const d = (cur - prev) / Math.abs(prev) * 100;
+    return h('div', { class: 'delta ' + (Math.abs(d) < 0.05 ? 'muted' : d > 0 ? 'up' : 'down'), 'data-testid': id },
+      t('ov.prev_change', { pct: (d > 0 ? '+' : '') + d.toFixed(1) }));
+  }
+  const tile = (label, value, unit, id, extra, raw) => { const f = figure(label, value, unit, id, raw); if (extra) f.append(extra); return f; };
   async function pageOverview(main, params) {
     const w = window_(params, '24h');
     main.append(h('h1', {}, t('overview.title')), h('div', { class: 'card' }, rangeForm('overview', w, params), h('p', { class: 'hint' }, t('overview.hint'))));
@@ -799,52 +1085,58 @@
     main.append(out);
     const span = `from=${encodeURIComponent(w.fromISO)}&to=${encodeURIComponent(w.toISO)}`;
     const ovPath = 'overview?' + span;
-    let ov, se, pe, pt;
+    const len = w.toMS - w.fromMS;
+    const prevPath = `overview?from=${encodeURIComponent(iso(w.fromMS - len))}&to=${encodeURIComponent(w.fromISO)}`;
+    let ov, prev, se, pe, pt, marks;
     try {
-      [ov, se, pe, pt] = await Promise.all([api(ovPath), api(`series?${span}&step=${w.step}&measures=requests,errors`),
-        tryAPI(`percentiles?${span}&step=${w.step}&quantity=e2e`), tryAPI(`percentiles?${span}&step=${w.step}&quantity=ttft`)]);
+      [ov, prev, se, pe, pt, marks] = await Promise.all([api(ovPath), api(prevPath).catch(() => null), api(`series?${span}&step=${w.step}&measures=requests,errors`),
+        tryAPI(`percentiles?${span}&step=${w.step}&quantity=e2e`), tryAPI(`percentiles?${span}&step=${w.step}&quantity=ttft`), alertMarkers(w)]);
     } catch (err) { out.replaceChildren(errorBox(err)); return; }
     const T = ov.totals || {}, L = ov.latency_s || {}, e2e = L.e2e || {}, ttft = L.ttft || {};
+    const PT = (prev && prev.totals) || {}, PL = (prev && prev.latency_s) || {};
+    const pv = (k) => (prev ? PT[k] : null);
     out.replaceChildren();
-    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period', { from: fmtTime(ov.from), to: fmtTime(ov.to) })));
+    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period_zone', { from: fmtTime(ov.from).slice(0, 16), to: fmtTime(ov.to).slice(0, 16), zone: zoneLabel() })));
+    const engineRate = isNum(ov.engine_prefix_cache_hit_rate) ? h('div', { class: 'delta muted', 'data-testid': 'ov-engine-prefix' }, t('ov.engine_prefix', { v: fmtPct(ov.engine_prefix_cache_hit_rate) })) : null;
     out.append(h('div', { class: 'figures card', 'data-testid': 'ov-figures', 'data-api': ovPath },
-      figure(t('ov.requests'), fmtInt(T.requests), '', 'ov-requests'),
-      figure(t('ov.qps'), fmtQPS(ov.qps), t('unit.per_s'), 'ov-qps'),
-      figure(t('ov.error_rate'), fmtPct(T.error_rate), '%', 'ov-error-rate'),
-      figure(t('ov.e2e_p50'), fmtSec(e2e.p50), 'ms', 'ov-e2e-p50'),
-      figure(t('ov.e2e_p95'), fmtSec(e2e.p95), 'ms', 'ov-e2e-p95'),
-      figure(t('ov.e2e_p99'), fmtSec(e2e.p99), 'ms', 'ov-e2e-p99'),
-      figure(t('ov.ttft_p50'), fmtSec(ttft.p50), 'ms', 'ov-ttft-p50'),
-      figure(t('ov.ttft_p95'), fmtSec(ttft.p95), 'ms', 'ov-ttft-p95'),
-      figure(t('ov.ttft_p99'), fmtSec(ttft.p99), 'ms', 'ov-ttft-p99'),
-      figure(t('ov.input_tokens'), fmtInt(T.input_tokens), t('unit.tokens'), 'ov-input-tokens'),
-      figure(t('ov.output_tokens'), fmtInt(T.output_tokens), t('unit.tokens'), 'ov-output-tokens'),
-      figure(t('ov.cache_hit_share'), fmtPct(T.cache_hit_share), '%', 'ov-cache'),
-      figure(t('ov.cost'), fmtCosts(T.cost), '', 'ov-cost'),
-      figure(t('ov.alerts'), h('a', { href: '#/alerts' }, fmtInt((ov.alerts || {}).active)), '', 'ov-alerts')));
+      tile(t('ov.requests'), fmtInt(T.requests), '', 'ov-requests', change(T.requests, pv('requests'), 'ov-requests-prev'), T.requests),
+      tile(t('ov.qps'), fmtQPS(ov.qps), t('unit.per_s'), 'ov-qps', change(ov.qps, prev && prev.qps, 'ov-qps-prev'), ov.qps),
+      tile(t('ov.error_rate'), fmtPct(T.error_rate), '%', 'ov-error-rate', change(T.error_rate, pv('error_rate'), 'ov-error-rate-prev')),
+      tile(t('ov.e2e_p50'), fmtSec(e2e.p50), 'ms', 'ov-e2e-p50'),
+      tile(t('ov.e2e_p95'), fmtSec(e2e.p95), 'ms', 'ov-e2e-p95'),
+      tile(t('ov.e2e_p99'), fmtSec(e2e.p99), 'ms', 'ov-e2e-p99', change(e2e.p99, PL.e2e && PL.e2e.p99, 'ov-e2e-p99-prev')),
+      tile(t('ov.ttft_p50'), fmtSec(ttft.p50), 'ms', 'ov-ttft-p50'),
+      tile(t('ov.ttft_p95'), fmtSec(ttft.p95), 'ms', 'ov-ttft-p95'),
+      tile(t('ov.ttft_p99'), fmtSec(ttft.p99), 'ms', 'ov-ttft-p99', change(ttft.p99, PL.ttft && PL.ttft.p99, 'ov-ttft-p99-prev')),
+      tile(t('ov.input_tokens'), fmtInt(T.input_tokens), t('unit.tokens'), 'ov-input-tokens', change(T.input_tokens, pv('input_tokens'), 'ov-input-prev'), T.input_tokens),
+      tile(t('ov.output_tokens'), fmtInt(T.output_tokens), t('unit.tokens'), 'ov-output-tokens', change(T.output_tokens, pv('output_tokens'), 'ov-output-prev'), T.output_tokens),
+      tile(t('ov.prefix_cache_share'), fmtPct(T.prefix_cache_share), '%', 'ov-cache', engineRate, T.prefix_cache_share),
+      tile(t('ov.response_cache_share'), fmtPct(T.response_cache_share), '%', 'ov-response-cache'),
+      tile(t('ov.cost'), fmtCosts(T.cost), '', 'ov-cost'),
+      tile(t('ov.alerts'), h('a', { href: '#/alerts' }, fmtInt((ov.alerts || {}).active)), '', 'ov-alerts')));
     if (!isNum(e2e.p50) && T.requests) out.append(h('p', { class: 'hint' }, t('overview.no_percentiles')));
 
     const sp = pointsOf(se), ts = sp.map((p) => p.t);
     const pick = (i) => { if (sp[i]) location.hash = href('diagnostics', '', diagParams(sp[i].t, w.step)); };
     const byT = (res) => { const m = {}; for (const p of pointsOf(res)) m[p.t] = p; return m; };
     const e2eT = byT(pe), ttftT = byT(pt);
-    const [c1, p1] = chartCard(t('overview.chart_qps'), t('overview.chart_click'), 'chart-qps');
-    const [c2, p2] = chartCard(t('overview.chart_errors'), '', 'chart-errors');
-    const [c3, p3] = chartCard(t('overview.chart_p99'), '', 'chart-p99');
-    out.append(c1, h('div', { class: 'grid2' }, c2, c3));
-    chart(p1, ts, [{ label: t('ov.qps'), values: sp.map((p) => p.qps), color: COLORS[0] }], { unit: t('unit.per_s'), fmt: fmtQPS, onPick: pick });
-    chart(p2, ts, [{ label: t('ov.error_rate'), values: sp.map((p) => (isNum(p.error_rate) ? p.error_rate * 100 : null)), color: COLORS[2] }], { unit: '%', fmt: (v) => v.toFixed(1), onPick: pick });
-    chart(p3, ts, [
-      { label: t('ov.e2e_p99'), values: ts.map((x) => (e2eT[x] && isNum(e2eT[x].p99) ? e2eT[x].p99 * 1000 : null)), color: COLORS[0] },
-      { label: t('ov.ttft_p99'), values: ts.map((x) => (ttftT[x] && isNum(ttftT[x].p99) ? ttftT[x].p99 * 1000 : null)), color: COLORS[1] },
-    ], { unit: 'ms', fmt: (v) => v.toFixed(1), onPick: pick });
+    const common = { xRange: [w.fromMS, w.toMS], partial: partialOf(sp), stepS: STEP_S[w.step], markers: marks, onPick: pick };
+    const [c1, p1] = chartCard(t('overview.chart_qps'), t('overview.chart_click_partial'), 'chart-qps');
+    const [c2, p2] = chartCard(t('overview.chart_errors'), t('overview.chart_min_n', { n: MIN_RATE_N }), 'chart-errors');
+    const [c3, p3] = chartCard(t('overview.chart_e2e_p99'), '', 'chart-p99');
+    const [c4, p4] = chartCard(t('overview.chart_ttft_p99'), '', 'chart-ttft-p99');
+    out.append(h('div', { class: 'grid2' }, c1, c2), h('div', { class: 'grid2' }, c3, c4));
+    chart(p1, ts, [{ label: t('ov.qps'), values: sp.map((p) => p.qps), color: COLORS[0] }], Object.assign({ unit: t('unit.per_s'), fmt: fmtQPS }, common));
+    chart(p2, ts, [{ label: t('ov.error_rate'), values: sp.map((p) => rateOf(p, 'error_rate')), color: COLORS[2] }], Object.assign({ unit: '%', fmt: (v) => v.toFixed(1) }, common));
+    chart(p3, ts, [{ label: t('ov.e2e_p99'), values: ts.map((x) => (e2eT[x] && isNum(e2eT[x].p99) ? e2eT[x].p99 * 1000 : null)), color: COLORS[0] }], Object.assign({ unit: 'ms', fmt: (v) => v.toFixed(1) }, common));
+    chart(p4, ts, [{ label: t('ov.ttft_p99'), values: ts.map((x) => (ttftT[x] && isNum(ttftT[x].p99) ? ttftT[x].p99 * 1000 : null)), color: COLORS[1] }], Object.assign({ unit: 'ms', fmt: (v) => v.toFixed(1) }, common));
 
     // The buckets with traffic, each a link to its diagnostics: the same
     // drill-down as a click on a chart, without aiming at a point.
     const busy = sp.filter((p) => p.requests > 0).reverse().slice(0, 60);
     out.append(h('div', { class: 'card', 'data-testid': 'ov-buckets' }, h('h2', {}, t('overview.buckets', { step: w.step })), h('p', { class: 'hint' }, t('overview.buckets_hint')),
       busy.length ? table([
-        { label: t('col.bucket'), cell: (p) => h('a', { href: href('diagnostics', '', diagParams(p.t, w.step)), 'data-testid': 'bucket-link', 'data-t': p.t }, fmtBucket(p.t)) },
+        { label: t('col.bucket'), cell: (p) => h('a', { href: href('diagnostics', '', diagParams(p.t, w.step)), 'data-testid': 'bucket-link', 'data-t': p.t }, fmtBucket(p.t), p.partial ? h('span', { class: 'muted' }, ' · ' + t('chart.partial')) : null) },
         { label: t('col.requests'), num: true, cell: (p) => fmtInt(p.requests) },
         { label: t('col.errors'), num: true, cell: (p) => fmtInt(p.errors) },
         { label: t('ov.qps'), num: true, cell: (p) => fmtQPS(p.qps) },
@@ -857,15 +1149,17 @@
       g && g.top && g.top.length ? table([
         { label: dim === 'biz_line' ? t('col.biz_line') : t('col.model'), cell: (r) => h('a', { href: href('diagnostics', '', paramsOf({ range: w.range === 'custom' ? '' : w.range, from: w.from, to: w.to, [dim]: r.key })) }, r.key || dash) },
         { label: t('col.requests'), num: true, cell: (r) => fmtInt(r.requests) },
-        { label: t('col.error_rate'), num: true, cell: (r) => fmtPct(r.error_rate) + ' %' },
-        { label: t('col.cache_hit_share'), num: true, cell: (r) => fmtPct(r.cache_hit_share) + ' %' },
+        { label: t('col.error_rate'), num: true, cell: (r) => pctCell(r.error_rate) },
+        { label: t('col.prefix_cache_share'), num: true, cell: (r) => pctCell(r.prefix_cache_share) },
         { label: t('col.input_tokens'), num: true, cell: (r) => fmtInt(r.input_tokens) },
         { label: t('col.output_tokens'), num: true, cell: (r) => fmtInt(r.output_tokens) },
         { label: t('col.e2e_mean_ms'), num: true, cell: (r) => fmtSec(r.e2e_mean_s) },
         { label: t('col.ttft_mean_ms'), num: true, cell: (r) => fmtSec(r.ttft_mean_s) },
-        { label: t('col.cost'), num: true, cell: (r) => fmtCosts(r.cost) },
+        { label: t('col.cost'), num: true, cell: (r) => (dim === 'model' && r.requests && !Object.keys(r.cost || {}).length ? h('span', { class: 'muted', 'data-testid': 'no-price' }, t('cost.no_price_short')) : fmtCosts(r.cost)) },
       ], g.top) : h('p', { class: 'placeholder' }, t('overview.no_traffic')));
-    out.append(h('div', { class: 'grid2' }, groupTable('biz_line', ov.by_biz_line, 'ov-by-biz'), groupTable('model', ov.by_model, 'ov-by-model')));
+    // One table per row: at 1440 px two side by side would clip their
+    // last columns (latency, cost).
+    out.append(groupTable('biz_line', ov.by_biz_line, 'ov-by-biz'), groupTable('model', ov.by_model, 'ov-by-model'));
   }
 
   // ---- Diagnostics ------------------------------------------------------
@@ -882,12 +1176,12 @@
     const out = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
     main.append(out);
     const Q = ['ttft', 'tpot', 'e2e', 'gateway_queue', 'engine_queue'];
-    let se, biz, pct, len, eng, dg;
+    let se, biz, pct, len, eng, dg, marks;
     try {
-      [se, biz, pct] = await Promise.all([
+      [se, biz, pct, marks] = await Promise.all([
         api(`series?${span}&step=${w.step}${fq}`),
         api(`series?${span}&step=${w.step}&by=biz_line&measures=requests,input_tokens,cached_input_tokens,output_tokens${fq}`),
-        Promise.all(Q.map((q) => tryAPI(`percentiles?${span}&step=${w.step}&quantity=${q}${fq}`)))]);
+        Promise.all(Q.map((q) => tryAPI(`percentiles?${span}&step=${w.step}&quantity=${q}${fq}`))), alertMarkers(w)]);
     } catch (err) { out.replaceChildren(errorBox(err)); return; }
     try {
       const rq = new URLSearchParams({ from: w.fromISO, to: w.toISO });
@@ -903,14 +1197,15 @@
     out.replaceChildren();
     const sp = pointsOf(se), ts = sp.map((p) => p.t);
     const total = sp.reduce((a, p) => a + (p.requests || 0), 0);
-    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period', { from: fmtTime(se.from), to: fmtTime(se.to) }), ' · ',
+    out.append(h('p', { class: 'hint', 'data-testid': 'period' }, t('overview.period_zone', { from: fmtTime(se.from).slice(0, 16), to: fmtTime(se.to).slice(0, 16), zone: zoneLabel() }), ' · ',
       t('diag.total', { n: total, step: w.step })));
     out.append(h('span', { hidden: true, 'data-testid': 'diag-requests', 'data-api': `series?${span}&step=${w.step}${fq}` }, String(total)));
     const toReq = (i) => { if (sp[i]) location.hash = href('requests', '', requestsParams(sp[i].t, iso(Date.parse(sp[i].t) + STEP_S[w.step] * 1000), filters)); };
     const P = {};
     Q.forEach((q, i) => { P[q] = {}; for (const p of pointsOf(pct[i])) P[q][p.t] = p; });
     const pctLines = (q, label) => ['p50', 'p95', 'p99'].map((k, j) => ({ label: label + ' ' + k.toUpperCase(), values: ts.map((x) => (P[q][x] && isNum(P[q][x][k]) ? P[q][x][k] * 1000 : null)), color: COLORS[j] }));
-    const ms = { unit: 'ms', fmt: (v) => v.toFixed(1), onPick: toReq };
+    const xc = { xRange: [w.fromMS, w.toMS], partial: partialOf(sp), stepS: STEP_S[w.step], markers: marks, onPick: toReq };
+    const ms = Object.assign({ unit: 'ms', fmt: (v) => v.toFixed(1) }, xc);
     if (pct.every((r) => r === null)) out.append(h('p', { class: 'hint' }, t('overview.no_percentiles')));
     const cards = [
       [t('diag.chart_ttft'), t('diag.chart_click'), 'chart-ttft', pctLines('ttft', 'TTFT'), ms],
@@ -921,8 +1216,10 @@
         Object.assign({ stacked: true, height: 260 }, ms)],
       [t('diag.chart_queues'), t('diag.chart_queues_hint'), 'chart-queues',
         [...pctLines('gateway_queue', t('seg.gateway_queue')), ...pctLines('engine_queue', t('seg.engine_queue')).map((l, j) => Object.assign(l, { color: COLORS[3 + j] }))], ms],
-      [t('diag.chart_cache'), '', 'chart-cache', [{ label: t('ov.cache_hit_share'), values: sp.map((p) => (isNum(p.cache_hit_share) ? p.cache_hit_share * 100 : null)), color: COLORS[3] }],
-        { unit: '%', fmt: (v) => v.toFixed(1), onPick: toReq }],
+      [t('diag.chart_cache'), t('overview.chart_min_n', { n: MIN_RATE_N }), 'chart-cache', [
+        { label: t('ov.prefix_cache_share'), values: sp.map((p) => rateOf(p, 'prefix_cache_share')), color: COLORS[3] },
+        { label: t('ov.response_cache_share'), values: sp.map((p) => rateOf(p, 'response_cache_share')), color: COLORS[4] }],
+        Object.assign({ unit: '%', fmt: (v) => v.toFixed(1) }, xc)],
     ];
     const grid = h('div', { class: 'grid2' });
     out.append(grid);
@@ -942,7 +1239,7 @@
         { label: 'TPOT P99 (ms)', num: true, cell: (p) => fmtSec(P.tpot[p.t] && P.tpot[p.t].p99) },
         { label: 'E2E P99 (ms)', num: true, cell: (p) => fmtSec(P.e2e[p.t] && P.e2e[p.t].p99) },
         { label: t('col.e2e_mean_ms'), num: true, cell: (p) => fmtSec(p.e2e_mean_s) },
-        { label: t('col.cache_hit_share'), num: true, cell: (p) => fmtPct(p.cache_hit_share) + ' %' },
+        { label: t('col.prefix_cache_share'), num: true, cell: (p) => pctCell(p.prefix_cache_share) },
       ], busy) : h('p', { class: 'placeholder' }, t('overview.no_traffic'))));
 
     // Tokens per business line over the window.
@@ -984,8 +1281,9 @@
     out.append(eg);
     if (eng.error) ep1.append(errorBox(eng.error));
     else {
-      chart(ep1, ets, [...gauge('running', t('diag.engine_running'), 1, 0), ...gauge('waiting', t('diag.engine_waiting'), 1, 1)], { fmt: (v) => v.toFixed(0), spanGaps: true });
-      chart(ep2, ets, [...gauge('kv_cache_usage', t('diag.engine_kv'), 100, 2), ...gauge('prefix_cache_hit_rate', t('diag.engine_prefix'), 100, 3)], { unit: '%', fmt: (v) => v.toFixed(1), spanGaps: true });
+      const ex = { xRange: [w.fromMS, w.toMS], markers: marks, spanGaps: true };
+      chart(ep1, ets, [...gauge('running', t('diag.engine_running'), 1, 0), ...gauge('waiting', t('diag.engine_waiting'), 1, 1)], Object.assign({ fmt: (v) => v.toFixed(0) }, ex));
+      chart(ep2, ets, [...gauge('kv_cache_usage', t('diag.engine_kv'), 100, 2), ...gauge('prefix_cache_hit_rate', t('diag.engine_prefix'), 100, 3)], Object.assign({ unit: '%', fmt: (v) => v.toFixed(1) }, ex));
     }
   }
 
@@ -996,6 +1294,8 @@
     const { page, arg, params } = route();
     document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
     document.querySelectorAll('[data-i18n]').forEach((el) => { el.textContent = t(el.getAttribute('data-i18n')); });
+    const zopt = document.querySelector('#zone option[value=store]');
+    if (zopt) zopt.textContent = t('zone.store_named', { zone: storeZone });
     document.querySelectorAll('#nav a').forEach((a) => a.classList.toggle('active', a.dataset.page === ({ request: 'requests', reconciliation: 'cost' }[page] || page)));
     const main = document.getElementById('main');
     main.replaceChildren();
@@ -1014,7 +1314,7 @@
       }
     } finally {
       // Tests wait for this: the page has drawn what it fetched.
-      if (seq === renderSeq) main.dataset.ready = page;
+      if (seq === renderSeq) { main.dataset.ready = page; scheduleRefresh(); }
     }
   }
 
@@ -1032,8 +1332,54 @@
     return (navigator.languages || [navigator.language]).some((l) => /^zh/i.test(l || '')) ? 'zh' : 'en';
   }
 
+  // The zone and the refresh interval live in the URL's query (?tz=,
+  // ?refresh=), as the language does: they hold across pages.
+  function setQuery(k, v) {
+    const u = new URL(location.href);
+    if (v) u.searchParams.set(k, v); else u.searchParams.delete(k);
+    history.replaceState(null, '', u);
+  }
+  function readShell() {
+    const q = new URLSearchParams(location.search);
+    zoneChoice = ZONES.includes(q.get('tz')) ? q.get('tz') : 'browser';
+    const r = q.get('refresh');
+    refreshEvery = REFRESH[r] ? r : '';
+  }
+  const REFRESH = { '10s': 10e3, '30s': 30e3, '1m': 60e3 };
+  let refreshEvery = '', refreshTimer = null;
+  // scheduleRefresh re-renders the page after the chosen interval (pages
+  // with a named range move with now; a custom one is reread as it is).
+  function scheduleRefresh() {
+    clearTimeout(refreshTimer);
+    const { page } = route();
+    if (!refreshEvery || page === 'request' || page === 'reconciliation') return;
+    refreshTimer = setTimeout(() => { if (!document.querySelector('#main form :focus')) render(); else scheduleRefresh(); }, REFRESH[refreshEvery]);
+  }
+  // tokenPanel: change or forget the API token kept in this browser.
+  function tokenPanel() {
+    const old = document.getElementById('token-panel');
+    if (old) { old.remove(); return; }
+    const input = h('input', { type: 'password', placeholder: t('token.placeholder'), 'aria-label': t('token.placeholder') });
+    const has = !!localStorage.getItem('tollgate.token');
+    const panel = h('div', { class: 'card token-panel', id: 'token-panel', 'data-testid': 'token-panel' },
+      h('p', { class: 'hint' }, has ? t('token.saved') : t('token.none_saved')),
+      h('form', { onsubmit: (e) => { e.preventDefault(); if (input.value.trim()) localStorage.setItem('tollgate.token', input.value.trim()); panel.remove(); render(); } },
+        input, ' ', h('button', { type: 'submit' }, t('token.save')), ' ',
+        h('button', { type: 'button', class: 'plain', 'data-testid': 'logout', onclick: () => { localStorage.removeItem('tollgate.token'); panel.remove(); render(); } }, t('token.logout'))));
+    document.body.insertBefore(panel, document.getElementById('main'));
+  }
+
   async function start() {
+    readShell();
     await loadLang(pickLang());
+    try { const r = await api('reports'); if (r && r.zone) storeZone = r.zone; } catch (e) { /* no token yet: the store's zone shows as UTC */ }
+    const zsel = document.getElementById('zone');
+    zsel.value = zoneChoice;
+    zsel.addEventListener('change', () => { zoneChoice = zsel.value; setQuery('tz', zoneChoice === 'browser' ? '' : zoneChoice); render(); });
+    const rsel = document.getElementById('refresh');
+    rsel.value = refreshEvery;
+    rsel.addEventListener('change', () => { refreshEvery = rsel.value; setQuery('refresh', refreshEvery); scheduleRefresh(); });
+    document.getElementById('token-btn').addEventListener('click', tokenPanel);
     const sel = document.getElementById('lang');
     sel.value = lang;
     sel.addEventListener('change', async () => {

@@ -357,6 +357,11 @@ func (g *Gen) request(out []record.Record, at time.Time, hour int, retry bool) i
 		Stream: g.rng.Float64() < t.stream, Arrival: at,
 		MaxTokens: &t.maxTokens, Temperature: &g.temps[u.tpls[ti]%len(g.temps)],
 	}
+	if turn%3 == 0 {
+		// An agent's customers: a third of the requests name an end user
+		// (derived from draws already made, so the stream is unchanged).
+		r.EndUser = fmt.Sprintf("%s/customer-%d", u.id, (hour+turn)%40)
+	}
 	r.IncludeUsage = r.Stream && g.rng.IntN(10) < 7
 	served := m.served[0]
 	if m.switchAt > 0 && day >= m.switchAt {

@@ -66,23 +66,27 @@ type rollupSpec struct {
 var billing = []string{"model", "served_model", "upstream", "biz_line", "user_id", "key_id", "template_id", "currency"}
 
 const (
+	hourBucket = "arrival / 3600000000000 * 3600"
 	localDay   = "date(arrival / 1000000000 + ?1, 'unixepoch')"
 	localMonth = "strftime('%Y-%m', arrival / 1000000000 + ?1, 'unixepoch')"
 )
 
 var (
-	perUser  = []string{"user_id", "currency", "biz_line"}
-	perModel = []string{"model", "served_model", "upstream", "biz_line", "template_id", "currency"}
+	perUser    = []string{"user_id", "currency", "biz_line"}
+	perModel   = []string{"model", "served_model", "upstream", "biz_line", "template_id", "currency"}
+	perEndUser = []string{"end_user", "user_id", "biz_line", "model", "currency"}
 )
 
 var rollupSpecs = []rollupSpec{
-	{"rollup_hour", "arrival / 3600000000000 * 3600", billing, "1"},
+	{"rollup_hour", hourBucket, billing, "1"},
 	{"rollup_day", localDay, billing, "1"},
 	{"rollup_minute", "arrival / 60000000000 * 60", []string{"model", "upstream", "biz_line", "currency"}, "1"},
 	{"prompt_day", localDay, []string{"prompt_sha256", "model", "template_id", "currency"}, "prompt_sha256 != ''"},
 	{"rollup_day_user", localDay, perUser, "1"},
 	{"rollup_month", localMonth, perModel, "1"},
 	{"rollup_month_user", localMonth, perUser, "1"},
+	{"end_user_hour", hourBucket, perEndUser, "end_user != ''"},
+	{"end_user_day", localDay, perEndUser, "end_user != ''"},
 }
 
 // checkSpecs fails when the ledger has a rollup (a WITHOUT ROWID table)
@@ -265,7 +269,7 @@ func verify(ctx context.Context, path string, from, to time.Time) ([]Check, erro
 
 func bucketOf(s rollupSpec, t time.Time) any {
 	switch {
-	case s.table == "rollup_hour":
+	case s.bucket == hourBucket:
 		return t.Unix() / 3600 * 3600
 	case s.table == "rollup_minute":
 		return t.Unix() / 60 * 60
