@@ -773,7 +773,7 @@ const (
 		// 3339, Batch API), config keys and commands the text names
 		// (prices, reconcile), and the test's data (biz lines, users).
 		const allow = new Set(['ms', 'tokens', 'token', 'Token', 'Trace', 'RFC', 'Batch', 'QPS', 'TTFT', 'TPOT', 'UTC', 'USD', 'CNY', 'API', 'HTTP',
-			'tollgate', 'GPU', 'KV', 'prices', 'reconcile', 'search', 'chat', 'sim', 'vllm', 'anonymous', 'csv', 'generic', 'metrics']);
+			'tollgate', 'GPU', 'KV', 'prices', 'budgets', 'reconcile', 'search', 'chat', 'sim', 'vllm', 'anonymous', 'csv', 'generic', 'metrics']);
 		const found = new Set();
 		const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
 		for (let n = walk.nextNode(); n; n = walk.nextNode()) {

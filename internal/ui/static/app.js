@@ -608,10 +608,10 @@
         h('td', { class: 'num', 'data-testid': 'budgets-share' }, fmtPct(b.share) + ' %'),
         h('td', { class: 'muted' }, th.map((x) => Math.round(x * 100) + ' %').join(' / ')));
     });
-    return h('table', { 'data-testid': 'budgets-table' },
+    return h('div', { class: 'scroll' }, h('table', { 'data-testid': 'budgets-table' },
       h('thead', {}, h('tr', {}, [t('budgets.name'), t('budget.scope'), t('budgets.period'), t('budget.used_quota'), t('budget.burn'), t('budget.share'), t('budgets.thresholds')]
         .map((l, i) => h('th', { class: i === 3 || i === 5 ? 'num' : null }, l)))),
-      h('tbody', {}, rows));
+      h('tbody', {}, rows)));
   }
   // ---- Reconciliation -----------------------------------------------------
   // Runs of `tollgate reconcile` (GET /api/v1/reconciliations): a provider's
