@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,7 +203,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *cfgPath == "" {
 		log.Info("no config file: running on embedded defaults", "listen", cfg.Listen, "db", cfg.Store.SQLite.Path, "upstream", cfg.Upstreams[0].URL)
 	}
-	return serve(ctx, cfg, log, nil)
+	// SIGHUP reloads the file (systemd's ExecReload sends it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	opts := serveOptions{hup: hup}
+	if *cfgPath != "" {
+		opts.load = func() (*config.Config, error) { return loadConfig(*cfgPath, *listen, *upstream, *engine, *db) }
+	}
+	return serveWith(ctx, cfg, log, nil, opts)
 }
 
 // loadConfig reads the file (or the defaults) and applies flag overrides,
@@ -246,6 +257,11 @@ type serveOptions struct {
 	// firstPass is when the background jobs' first pass runs: a minute
 	// after start when zero, so it never competes with start-up traffic.
 	firstPass time.Duration
+	// load reads the configuration again for a live reload (the file and
+	// the flags); nil: serve cannot reload (no config file).
+	load func() (*config.Config, error)
+	// hup triggers a reload at each value (SIGHUP in production).
+	hup <-chan os.Signal
 }
 
 // serve runs the gateway until ctx is done, then drains: in-flight requests
@@ -323,6 +339,9 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 		bg.Defer(func() { _ = c.Close() })
 	}
 	startJobs(bg, cfg, st, prices, limiter, reg, log, cmp.Or(opts.firstPass, time.Minute))
+	// Budgets: months and rolling windows beside the quota day, read
+	// from the store; those that enforce go in front of the quotas.
+	budgets, admission := startBudgets(bg, cfg, st, al.engine, limiter, reg, log.With("component", "budget"))
 	gwMetrics := metrics.New(reg, labels)
 	observers, err := recordObservers(ctx, bg, cfg, gwMetrics, al.win, events, log)
 	if err != nil {
@@ -343,16 +362,18 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	// Gateway: the proxy. Every finished Record goes to the ledger first
 	// (its Sink), then to the observers in flow order.
 	gw, err := gateway.New(gateway.Options{
-		Config:         cfg,
-		Log:            log.With("component", "gateway"),
-		Metrics:        gwMetrics,
-		Sink:           lg.Append,
-		CommitTimeout:  cfg.Store.Queue.CommitTimeout,
-		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Config:        cfg,
+		Log:           log.With("component", "gateway"),
+		Metrics:       gwMetrics,
+		Sink:          lg.Append,
+		CommitTimeout: cfg.Store.Queue.CommitTimeout,
+		// OpenMetrics when the scraper asks for it (Prometheus does): the
+		// latency histograms' exemplars are only in that format.
+		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}),
 		Ready:          storeReady(cfg, st),
 		Event:          events.Send,
 		Prices:         prices,
-		Limiter:        limiter,
+		Limiter:        admission,
 		Joiner:         joiner,
 		Amend:          lg.Amend,
 		Observers:      observers,
@@ -366,9 +387,32 @@ func serveWith(ctx context.Context, cfg *config.Config, log *slog.Logger, starte
 	if len(cfg.Auth.Keys) == 0 {
 		log.Warn("no API keys configured: the gateway is open (any key or none is accepted; users are told apart by a hash of their key)")
 	}
+	// Live reload: SIGHUP and POST /api/v1/admin/reload put keys,
+	// upstreams, prices, quotas, alert rules and notifiers in force.
+	reloadTotal, reloadLast := newReloadMetrics(reg)
+	rl := &reloader{load: opts.load, started: cfg, log: log.With("component", "reload"), gw: gw, limiter: limiter,
+		engine: al.engine, notifiers: al.disp, newDisp: al.newDisp, total: reloadTotal, last: reloadLast}
+	if opts.hup != nil {
+		ingress.Go("reload", func(ctx context.Context) error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-opts.hup:
+					_, _ = rl.Reload() // logged and counted
+				}
+			}
+		})
+	}
 	// JSON API beside the proxy.
 	apiOpts := web.Options{Store: st, Tokens: cfg.API.Tokens, Loc: cfg.Location(), Log: log.With("component", "api"),
 		Alerts: al.active(), Notifiers: al.disp.Status, Windows: al.win, Quotas: quota.Reader(limiter), Captures: st}
+	if opts.load != nil {
+		apiOpts.Reload = rl.Reload
+	}
+	if budgets != nil {
+		apiOpts.Budgets = budgets.Statuses
+	}
 	// Reconciliation runs kept by tollgate reconcile, in the ledger file.
 	if cfg.Store.Backend == "clickhouse" {
 		log.Info("reconciliation runs live in a SQLite ledger file, and store.backend is clickhouse: the dashboard lists none")
@@ -495,7 +539,8 @@ func startHTTP(ingress *lifecycle.Stage, cfg *config.Config, gw *gateway.Gateway
 type alerting struct {
 	win        *window.Aggregator
 	engine     *alert.Engine
-	disp       *notify.Dispatcher
+	disp       *notifierSwitch
+	newDisp    func(notify.Config) (*notify.Dispatcher, error) // a reload's dispatcher
 	lease      *fleet.Lease
 	fleetState *fleet.State
 }
@@ -516,12 +561,16 @@ func startAlerting(ctx context.Context, stage *lifecycle.Stage, cfg *config.Conf
 	if err := win.Load(ctx, time.Now()); err != nil {
 		log.Warn("could not reload the alerting windows; they start empty", "err", err)
 	}
-	disp, err := notify.New(cfg.Notifiers, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	newDisp := func(c notify.Config) (*notify.Dispatcher, error) {
+		return notify.New(c, notify.Options{Log: log.With("component", "notify"), Registerer: reg, Location: cfg.Location()})
+	}
+	d, err := newDisp(cfg.Notifiers)
 	if err != nil {
 		return nil, err
 	}
+	disp := &notifierSwitch{d: d, cfg: cfg.Notifiers}
 	stage.Defer(func() { _ = disp.Close() }) // after dedup has drained into it
-	a := &alerting{win: win, disp: disp}
+	a := &alerting{win: win, disp: disp, newDisp: newDisp}
 	var (
 		alertWin alert.Windows  = win
 		notifier alert.Notifier = disp

@@ -142,11 +142,13 @@ engine_metrics: {interval: 0s}
 quotas:
   users:
     %s: {daily_tokens: 1000000}
+budgets:
+  - {name: alice-month, scope: user, subject: %s, period: month, tokens: 50000000}
 alerts:
   interval: 1s
   rules:
     - {name: ui_error_share, signal: error_rate, windows: [1m], threshold: {warning: 0.000001}, min_requests: 1}
-`, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID)
+`, filepath.Join(dir, "ui.db"), up, freePort(t), aliceID, aliceID)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -482,6 +484,10 @@ alerts:
 		t.Errorf("budget burn shows %d rows, /api/v1/quotas %d", n, len(qs.Quotas))
 	}
 	checkClean("Cost, budget burn")
+	// Budgets: one card, one row per configured budget.
+	if n := eval(`document.querySelectorAll('[data-testid=budgets] tr[data-budget="alice-month"]').length`); n != 1 {
+		t.Errorf("the budgets card shows %d rows for alice-month, want 1", n)
+	}
 
 	// Reconciliation: one row per kept run with /api/v1/reconciliations'
 	// totals, the run over tolerance highlighted, and its link opening the
@@ -770,7 +776,7 @@ const (
 		// 3339, Batch API), config keys and commands the text names
 		// (prices, reconcile), and the test's data (biz lines, users).
 		const allow = new Set(['ms', 'tokens', 'token', 'Token', 'Trace', 'RFC', 'Batch', 'QPS', 'TTFT', 'TPOT', 'UTC', 'USD', 'CNY', 'API', 'HTTP',
-			'tollgate', 'GPU', 'KV', 'prices', 'reconcile', 'search', 'chat', 'sim', 'vllm', 'anonymous', 'csv', 'generic', 'metrics']);
+			'tollgate', 'GPU', 'KV', 'prices', 'budgets', 'reconcile', 'search', 'chat', 'sim', 'vllm', 'anonymous', 'csv', 'generic', 'metrics']);
 		const found = new Set();
 		const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
 		for (let n = walk.nextNode(); n; n = walk.nextNode()) {

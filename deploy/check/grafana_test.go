@@ -24,12 +24,8 @@ import (
 const dashboardFile = "../grafana/tollgate.json"
 
 // notYetExported are metrics the dashboard uses before tollgate exports
-// them. tollgate_cost_total comes with issue 22 point 5 (another branch):
-// REMOVE this entry when that branch is merged, so the Cost panel is held
-// to a real scrape like every other.
-var notYetExported = map[string]string{
-	"tollgate_cost_total": "issue 22 point 5 adds it",
-}
+// them; none today (tollgate_cost_total came with issue 22 point 5).
+var notYetExported = map[string]string{}
 
 // grafanaVars stand in for the dashboard's variables and Grafana's macros
 // so each expression is PromQL Prometheus would receive.

@@ -54,6 +54,7 @@ const EventKind = "alert"
 
 // Engine evaluates rules and keeps the alerts' lifecycle.
 type Engine struct {
+	rmu     sync.Mutex // guards rules: Reconfigure replaces them between evaluations
 	rules   []Rule
 	w       Windows
 	notify  Notifier // may be nil
@@ -127,7 +128,22 @@ func NewEngine(cfg Config, w Windows, o Options) *Engine {
 }
 
 // Rules are the rules the engine runs.
-func (e *Engine) Rules() []Rule { return slices.Clone(e.rules) }
+func (e *Engine) Rules() []Rule {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	return slices.Clone(e.rules)
+}
+
+// Reconfigure replaces the rules (a config reload; cfg validated): the
+// next evaluation runs the new ones. An alert of a rule that is gone
+// resolves at that evaluation like any alert whose breach ended; one
+// whose rule is kept under the same name carries on.
+func (e *Engine) Reconfigure(cfg Config) {
+	rules := cfg.Effective()
+	e.rmu.Lock()
+	e.rules = rules
+	e.rmu.Unlock()
+}
 
 // Run evaluates every interval until ctx ends.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) error {
@@ -247,7 +263,7 @@ func (e *Engine) Eval(ctx context.Context, now time.Time) []Alert {
 	seen := map[string]breach{}
 	ruleOf := map[string]Rule{}
 	failed := map[string]bool{} // rules that could not read their windows
-	for _, r := range e.rules {
+	for _, r := range e.Rules() {
 		breaches, err := e.evalRule(ctx, r, now)
 		if err != nil {
 			e.log.Error("alert rule not evaluated; its alerts stay as they were", "rule", r.Name, "err", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
+	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/capture"
 	"github.com/tollgate-dev/tollgate/internal/cost"
 	"github.com/tollgate-dev/tollgate/internal/label"
@@ -50,6 +51,10 @@ type Config struct {
 	GPUHours []cost.GPUHour `yaml:"gpu_hours"`
 	// Quotas are checked at admission (see internal/quota).
 	Quotas quota.Config `yaml:"quotas"`
+	// Budgets are monthly, daily and rolling budgets of tokens and cost
+	// for users, keys, business lines and teams, with alert thresholds
+	// and optional enforcement (see internal/budget).
+	Budgets []budget.Config `yaml:"budgets"`
 	// ResponseCache answers exact repeats without the engine; off by default.
 	ResponseCache ResponseCache `yaml:"response_cache"`
 	// OTLP is the trace receiver engines send their own spans to (vLLM:
@@ -144,6 +149,43 @@ func (c *Config) LabelConfig() label.Config {
 		lc.BizLines = append(lc.BizLines, b)
 	}
 	return lc
+}
+
+// keyNames are the configured keys' names; teams their teams.
+func (c *Config) keyNames() map[string]bool {
+	out := map[string]bool{}
+	for _, k := range c.Auth.Keys {
+		if k.Name != "" {
+			out[k.Name] = true
+		}
+	}
+	return out
+}
+
+func (c *Config) teams() map[string]bool {
+	out := map[string]bool{}
+	for _, k := range c.Auth.Keys {
+		if k.Team != "" {
+			out[k.Team] = true
+		}
+	}
+	return out
+}
+
+// BudgetKeys resolves the budgets' key names and teams to key ids (the
+// first 12 hex digits of the key's SHA-256, as the gateway identifies keys).
+func (c *Config) BudgetKeys() (byName map[string]string, byTeam map[string][]string) {
+	byName, byTeam = map[string]string{}, map[string][]string{}
+	for _, k := range c.Auth.Keys {
+		id := k.Hash()[:12]
+		if k.Name != "" {
+			byName[k.Name] = id
+		}
+		if k.Team != "" {
+			byTeam[k.Team] = append(byTeam[k.Team], id)
+		}
+	}
+	return byName, byTeam
 }
 
 // QuotaConfig returns the quotas with key names resolved to key ids and

@@ -63,6 +63,8 @@ func TestBadConfigs(t *testing.T) {
 			"\npassthrough.upstreams./v1/audio/: no upstream named \"whisper\"" +
 			"\npassthrough.upstreams.audio: must be a path prefix under /v1/ such as /v1/organization/; got \"audio\"" +
 			"\npassthrough.max_upload_bytes: must be positive (default 536870912, 512 MiB); got 0",
+		"budget_bad.bad.yml": `budgets[0].subject: no auth.keys[].team is "plaform"` +
+			"\nbudgets[1].window: must be between 1h and 366 days for a rolling budget; got 0s",
 		"body_timeout_zero.bad.yml": "limits.body_timeout: must be positive and at most 60s (default 30s); got 0s",
 		"clickhouse_no_url.bad.yml": "store.clickhouse.url: required when store.backend is clickhouse",
 		"clickhouse_bad.bad.yml": `store.clickhouse.url: must be the HTTP interface's URL such as http://127.0.0.1:8123; got "tcp://10.0.0.9:9000/[redacted]"` +

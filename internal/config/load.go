@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate-dev/tollgate/internal/budget"
 )
 
 // Load reads and validates a config file on top of the defaults.
@@ -537,6 +539,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Alerts.Validate("alerts"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := budget.Validate("budgets", c.Budgets, c.keyNames(), c.teams()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Notifiers.Validate("notifiers"); err != nil {

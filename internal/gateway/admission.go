@@ -39,8 +39,8 @@ func (g *Gateway) estimate(rec *record.Record, in int64) (out, costNanos int64) 
 	if rec.MaxTokens != nil && *rec.MaxTokens > 0 {
 		out = *rec.MaxTokens
 	}
-	if g.prices != nil {
-		if c, ok := g.prices.Rate(record.Usage{InputTokens: in, OutputTokens: out}, rec.Model, "", rec.Arrival); ok {
+	if t := g.priceTable(time.Now()); t != nil {
+		if c, ok := t.Rate(record.Usage{InputTokens: in, OutputTokens: out}, rec.Model, "", rec.Arrival); ok {
 			costNanos = c.Nanos
 		}
 	}
@@ -84,7 +84,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, rec *record.Reco
 // key's own, or the header's when the gateway is open (no keys: nothing
 // else to trust).
 func (g *Gateway) trustedBiz(rec *record.Record, keyBiz string) string {
-	if g.auth.open {
+	if g.auth().open {
 		return rec.BizLine
 	}
 	return keyBiz
@@ -111,12 +111,15 @@ func (a *admission) settle(recs []*record.Record) {
 	a.ticket.Commit(tokens, nanos)
 }
 
-// rate fills the Record's cost from the price table in force at arrival.
+// rate fills the Record's cost from the price table in force at arrival:
+// a request that arrived before a reload of the prices is rated with the
+// table it arrived under, whenever it ends (reload.go).
 func (g *Gateway) rate(rec *record.Record) {
-	if g.prices == nil || rec.CacheHit {
+	t := g.priceTable(rec.Arrival)
+	if t == nil || rec.CacheHit {
 		return
 	}
-	if c, ok := g.prices.RateRecord(rec); ok {
+	if c, ok := t.RateRecord(rec); ok {
 		rec.Cost = record.Cost{Nanos: c.Nanos, Currency: c.Currency, PriceVersion: c.PriceVersion}
 	}
 }

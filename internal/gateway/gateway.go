@@ -100,9 +100,10 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	sink     func(*record.Record) func(context.Context) error
 	commitTO time.Duration
-	auth     *auth
-	routes   *router
-	prio     *priorities
+	// live is what a reload replaces (reload.go): keys, upstreams and
+	// the priorities that name keys. A request reads it without a lock.
+	live     atomic.Pointer[live]
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	mux      http.Handler
 	ready    func() ([]string, error)
 	draining atomic.Bool
@@ -111,7 +112,7 @@ type Gateway struct {
 	counters *counters
 	systems  systemCounts // system prompts' token counts, by model and hash
 	event    func(store.Event)
-	prices   *cost.Table
+	prices   atomic.Pointer[priceBook] // nil book: no prices
 	limiter  quota.Limiter
 	cache    *responseCache // nil when disabled
 	joiner   *otlp.Joiner
@@ -154,14 +155,11 @@ func New(o Options) (*Gateway, error) {
 		metrics:  o.Metrics,
 		sink:     o.Sink,
 		commitTO: cmp.Or(o.CommitTimeout, time.Second),
-		auth:     newAuth(o.Config.Auth.Keys),
-		routes:   newRouter(o.Config.Upstreams, o.Dial),
-		prio:     newPriorities(o.Config),
+		dial:     o.Dial,
 		ready:    o.Ready,
 		sampleN:  uint32(o.Config.Sampling.Normal * 10000),
 		checkN:   uint32(o.Config.Sampling.TokenizerCheck * 10000),
 		event:    o.Event,
-		prices:   o.Prices,
 		limiter:  o.Limiter,
 		joiner:   o.Joiner,
 		amend:    o.Amend,
@@ -170,10 +168,12 @@ func New(o Options) (*Gateway, error) {
 		stop:     make(chan struct{}),
 	}
 	g.observers = o.Observers
+	g.live.Store(&live{auth: newAuth(o.Config.Auth.Keys), routes: newRouter(o.Config.Upstreams, nil, o.Dial), prio: newPriorities(o.Config)})
+	g.prices.Store(&priceBook{t: o.Prices})
 	if rc := o.Config.ResponseCache; rc.Enabled {
 		g.cache = newResponseCache(rc.TTL, rc.MaxBytes)
 	}
-	g.pass = newPassthrough(o.Config.Passthrough, g.routes)
+	g.pass = newPassthrough(o.Config.Passthrough)
 	if o.Registerer != nil {
 		for _, c := range append(g.buffers.collectors(), newAdmissionCollector(g.routes), g.pass.requests) {
 			if err := o.Registerer.Register(c); err != nil {
@@ -221,7 +221,7 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 // captures still queued are written and tokenizer loads finished before
 // it returns.
 func (g *Gateway) Close() {
-	g.routes.closeIdle()
+	g.routes().closeIdle()
 	g.stopOnce.Do(func() { close(g.stop) })
 	if g.capture != nil {
 		<-g.capture.done
@@ -290,7 +290,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 		g.reject(w, rec, aerr, since)
 		return
 	}
-	cands := g.routes.candidates(rec.Model)
+	cands := g.routes().candidates(rec.Model)
 	if len(cands) == 0 {
 		g.reject(w, rec, &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
 			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}, since)
@@ -318,7 +318,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	ct, loading := g.counters.lookup(rec.Model)
 	g.systems.count(rec, ct, cr.system)
 	var in int64 // the input estimate, when quotas or a long-input lane need it
-	if g.limiter != nil || g.routes.longLanes {
+	if g.limiter != nil || g.routes().longLanes {
 		in = inputEstimate(rec, ct, body)
 	}
 	adm, ok := g.admit(w, r, rec, in, ident.BizLine, since)
@@ -336,7 +336,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, endpoi
 	}
 
 	ex := &exchange{g: g, w: w, r: r, body: upBody, clientBody: body, ct: ct, counting: (ct != nil || loading) && endpoint != endpointMessages, injected: injected, trace: tc, since: since, cacheKey: ck,
-		prio: g.prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
+		prio: g.live.Load().prio.of(rec.KeyID, g.trustedBiz(rec, ident.BizLine)), inTokens: in}
 	if adm != nil {
 		ex.rate = adm.rate
 	}
@@ -572,16 +572,17 @@ func (g *Gateway) runChecks() {
 }
 
 func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request) {
-	if _, aerr := g.auth.identify(r); aerr != nil {
+	if _, aerr := g.auth().identify(r); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	if u := g.routes.wildcard; u != nil {
+	rt := g.routes()
+	if u := rt.wildcard; u != nil {
 		// One upstream serving every model: its own list is the truth.
 		g.forwardModels(w, r, u)
 		return
 	}
-	writeModelList(w, g.routes.modelNames())
+	writeModelList(w, rt.modelNames())
 }
 
 // isDialError reports a failure to connect: safe to retry elsewhere, since

@@ -88,22 +88,18 @@ func passEndpoint(path string) string {
 // passthrough is the compiled pass-through config and its metric.
 type passthrough struct {
 	cfg      config.Passthrough
-	byPrefix map[string]*upstream
+	byPrefix map[string]string // path prefix → upstream name, resolved per request (upstreams reload)
 	requests *prometheus.CounterVec
 }
 
-func newPassthrough(c config.Passthrough, rt *router) *passthrough {
-	p := &passthrough{cfg: c, byPrefix: map[string]*upstream{},
+func newPassthrough(c config.Passthrough) *passthrough {
+	p := &passthrough{cfg: c, byPrefix: map[string]string{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_passthrough_requests_total",
 			Help: "Requests under /v1/ the gateway relays without metering them as inference, and paths it answers 404 itself, by endpoint family (bounded) and status.",
 		}, []string{"endpoint", "code"})}
 	for prefix, name := range c.Upstreams {
-		for _, u := range rt.all {
-			if u.cfg.Name == name {
-				p.byPrefix[prefix] = u
-			}
-		}
+		p.byPrefix[prefix] = name
 	}
 	return p
 }
@@ -136,8 +132,8 @@ func (p *passthrough) upstreamFor(rt *router, path, model string) *upstream {
 	}
 	var best *upstream
 	n := 0
-	for prefix, u := range p.byPrefix {
-		if strings.HasPrefix(path, prefix) && len(prefix) > n {
+	for prefix, name := range p.byPrefix {
+		if u := rt.named(name); u != nil && strings.HasPrefix(path, prefix) && len(prefix) > n {
 			best, n = u, len(prefix)
 		}
 	}
@@ -177,7 +173,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, endpoint string)
 	w.Header().Set("X-Request-Id", cmp.Or(rec.ClientRequestID, id))
 	w.Header().Set(TollgateRequestIDHeader, id)
 
-	ident, aerr := g.auth.identify(r)
+	ident, aerr := g.auth().identify(r)
 	rec.UserID, rec.KeyID, rec.Team = ident.UserID, ident.KeyID, ident.Team
 	// A key's own business line is authoritative for billing; the header
 	// only attributes requests whose key has none.
@@ -236,7 +232,7 @@ func (g *Gateway) handlePassthrough(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, rec, aerr, since)
 		return
 	}
-	u := g.pass.upstreamFor(g.routes, r.URL.Path, rec.Model)
+	u := g.pass.upstreamFor(g.routes(), r.URL.Path, rec.Model)
 	if u == nil {
 		e := &apiError{Kind: record.ErrNoRoute, Status: http.StatusNotFound, Type: "invalid_request_error", Code: record.ErrNoRoute, Param: "model",
 			Message: "The model `" + echo(rec.Model) + "` does not exist or no upstream serves it."}
@@ -455,7 +451,7 @@ func (ex *exchange) relay(rec *record.Record, u *upstream, body passBody) {
 	tc.SpanID = rec.SpanID
 	req.Header.Set("Traceparent", tc.header())
 	req.Header.Set("X-Request-Id", rec.RequestID)
-	if u.cfg.APIKey != "" || g.auth.open {
+	if u.cfg.APIKey != "" || g.auth().open {
 		setUpstreamAuth(req, r, u)
 	}
 	var getConn time.Duration

@@ -194,7 +194,7 @@ func (ex *exchange) attempt(rec *record.Record, u *upstream, canRetry bool) (ret
 	tc.SpanID = rec.SpanID
 	req.Header.Set("Traceparent", tc.header())
 	req.Header.Set("X-Request-Id", rec.RequestID)
-	if u.cfg.APIKey != "" || ex.g.auth.open {
+	if u.cfg.APIKey != "" || ex.g.auth().open {
 		setUpstreamAuth(req, ex.r, u)
 	}
 	if u.cfg.Engine == "anthropic" && req.Header.Get("Anthropic-Version") == "" {

@@ -18,7 +18,7 @@ func (g *Gateway) handleResponseItem(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, rec, aerr, since)
 		return
 	}
-	u, aerr := g.routes.upstreamFor(r.Header.Get(UpstreamHeader))
+	u, aerr := g.routes().upstreamFor(r.Header.Get(UpstreamHeader))
 	if aerr != nil {
 		g.reject(w, rec, aerr, since)
 		return

@@ -326,16 +326,16 @@ func (p *priorities) of(keyID, biz string) int {
 // upstream, read at scrape time so the request path pays nothing for
 // them, and the histogram of waits the request path observes.
 type admissionCollector struct {
-	rt     *router
+	rt     func() *router // the routes in force (they change on reload)
 	wait   *prometheus.HistogramVec
 	queue  *prometheus.Desc
 	slotsD *prometheus.Desc
 }
 
-func newAdmissionCollector(rt *router) *admissionCollector {
+func newAdmissionCollector(rt func() *router) *admissionCollector {
 	return &admissionCollector{
 		rt:   rt,
-		wait: rt.wait,
+		wait: rt().wait,
 		queue: prometheus.NewDesc("tollgate_gateway_queue_length",
 			"Requests waiting in the gateway for a slot of an upstream (max_concurrency), by lane (default, or long: over long_input_tokens).",
 			[]string{"upstream", "lane"}, nil),
@@ -353,7 +353,7 @@ func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
 	c.wait.Collect(ch)
-	for _, u := range c.rt.all {
+	for _, u := range c.rt().all {
 		s := u.slots
 		if s == nil {
 			continue

@@ -184,7 +184,7 @@ func admissionGateway(t *testing.T, up *gateUpstream, tune func(*config.Config))
 	cfg := testConfig(up.URL())
 	tune(cfg)
 	tg := newTestGatewayWith(t, cfg, func(o *Options) { o.Registerer = prometheus.NewRegistry() })
-	return tg, tg.G.routes.all[0].slots
+	return tg, tg.G.routes().all[0].slots
 }
 
 // TestQueuePriorityOrder: with the only slot held, requests queued in the
@@ -448,7 +448,7 @@ func TestQueueMetrics(t *testing.T) {
 	cfg.Upstreams[0].LongInputTokens = 100
 	cfg.Upstreams[0].LongMaxConcurrency = 1
 	tg := newTestGatewayWith(t, cfg, func(o *Options) { o.Registerer = reg })
-	s := tg.G.routes.all[0].slots
+	s := tg.G.routes().all[0].slots
 	out := make(chan result, 8)
 	send(t.Context(), tg.URL, "l1", "", longContent, out)
 	up.next(t)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -64,6 +65,7 @@ func newUpstream(c config.Upstream, wait *prometheus.HistogramVec, dial func(ctx
 // router maps a model name to the upstreams that serve it.
 type router struct {
 	byModel  map[string][]*upstream
+	byName   map[string]*upstream
 	all      []*upstream
 	wildcard *upstream // the single upstream with no model list, if so configured
 	next     atomic.Uint64
@@ -73,11 +75,27 @@ type router struct {
 	wait      *prometheus.HistogramVec // slot waits, by upstream and lane
 }
 
-func newRouter(ups []config.Upstream, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *router {
-	rt := &router{byModel: map[string][]*upstream{}, wait: newWaitHistogram()}
+// newRouter builds the routes of ups. With old (a reload), an upstream
+// configured exactly as before is kept, with its connection pool and its
+// slots, so the requests it holds and queues go on counting against its
+// max_concurrency; a changed one is built anew, and requests in flight on
+// the old one finish there.
+func newRouter(ups []config.Upstream, old *router, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *router {
+	rt := &router{byModel: map[string][]*upstream{}, byName: map[string]*upstream{}}
+	if old != nil {
+		rt.wait = old.wait
+	} else {
+		rt.wait = newWaitHistogram()
+	}
 	for _, c := range ups {
-		u := newUpstream(c, rt.wait, dial)
+		u := (*upstream)(nil)
+		if o := old.named(c.Name); o != nil && reflect.DeepEqual(o.cfg, c) {
+			u = o
+		} else {
+			u = newUpstream(c, rt.wait, dial)
+		}
 		rt.all = append(rt.all, u)
+		rt.byName[c.Name] = u
 		rt.longLanes = rt.longLanes || (u.slots != nil && u.slots.longMax > 0)
 		for _, m := range c.Models {
 			rt.byModel[m] = append(rt.byModel[m], u)
@@ -87,6 +105,14 @@ func newRouter(ups []config.Upstream, dial func(ctx context.Context, network, ad
 		rt.wildcard = rt.all[0]
 	}
 	return rt
+}
+
+// named is the upstream called name, nil if none (or rt is nil).
+func (rt *router) named(name string) *upstream {
+	if rt == nil {
+		return nil
+	}
+	return rt.byName[name]
 }
 
 // candidates returns the upstreams for a model, starting at a rotating

@@ -7,6 +7,15 @@
 // Labels are bounded by construction: model, business line and finish
 // reason go through internal/label's bounded sets (values past a bound
 // fold into "other"), and no user, key or prompt is ever a label.
+//
+// The gen_ai_* metrics carry the GenAI conventions' attributes as labels
+// (gen_ai_operation_name, gen_ai_provider_name, gen_ai_request_model,
+// gen_ai_response_model, and error_type on durations) beside tollgate's
+// own (model, upstream, biz_line), so that dashboards written for the
+// conventions and tollgate's rules both read them. The latency
+// histograms carry exemplars (trace_id, request_id) in the OpenMetrics
+// exposition, which lead from a slow bucket to the request's page and
+// trace.
 package metrics
 
 import (
@@ -46,6 +55,7 @@ type Metrics struct {
 	tokChecks  *prometheus.CounterVec
 	tokMiss    *prometheus.CounterVec
 	panics     *prometheus.CounterVec
+	cost       *prometheus.CounterVec
 
 	labels *label.Bounds
 }
@@ -59,27 +69,30 @@ func New(reg prometheus.Registerer, lb *label.Bounds) *Metrics {
 	}
 	base := []string{"model", "upstream", "biz_line"}
 	withStatus := append(append([]string{}, base...), "status")
+	// The GenAI conventions' attributes, in Prometheus form.
+	genai := append(append([]string{}, base...), "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model")
+	genaiDur := append(append([]string{}, genai...), "status", "error_type")
 	m := &Metrics{
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gen_ai_server_time_to_first_token_seconds",
 			Help:    "User-side time to first token: first content token flushed to the client minus arrival at the gateway (successful streamed requests).",
 			Buckets: TTFTBuckets,
-		}, base),
+		}, genai),
 		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gen_ai_server_time_per_output_token_seconds",
 			Help:    "Time per output token after the first: (E2E - TTFT) / (output_tokens - 1), for successful streamed requests with more than one output token.",
 			Buckets: TPOTBuckets,
-		}, base),
+		}, genai),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gen_ai_server_request_duration_seconds",
 			Help:    "End-to-end request duration at the gateway: response end minus arrival, every request.",
 			Buckets: DurationBuckets,
-		}, withStatus),
+		}, genaiDur),
 		tokenUsage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gen_ai_client_token_usage",
 			Help:    "Tokens used per request, by gen_ai_token_type (input or output).",
 			Buckets: TokenBuckets,
-		}, append(append([]string{}, base...), "gen_ai_token_type")),
+		}, append(append([]string{}, genai...), "gen_ai_token_type")),
 		upTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_upstream_time_to_first_token_seconds",
 			Help:    "Upstream time to first token: first content token read from the upstream minus request sent to it (successful streamed requests).",
@@ -122,10 +135,14 @@ func New(reg prometheus.Registerer, lb *label.Bounds) *Metrics {
 			Name: "tollgate_observer_panics_total",
 			Help: "Panics caught while finishing a request, by step (derive, ledger, metrics, windows, trace_export): the Record went on to the ledger and the other steps; the log has the stack.",
 		}, []string{"step"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_cost_total",
+			Help: "What requests cost, in units of currency (e.g. USD), as rated by the price table in force at each request's arrival; unrated requests add nothing.",
+		}, []string{"currency", "model", "biz_line"}),
 		labels: lb,
 	}
 	if reg != nil {
-		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.phases, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss, m.panics)
+		reg.MustRegister(m.ttft, m.tpot, m.duration, m.tokenUsage, m.upTTFT, m.tokens, m.requests, m.inFlight, m.phases, m.quotaErrs, m.commitTO, m.tokChecks, m.tokMiss, m.panics, m.cost)
 	}
 	return m
 }
@@ -156,9 +173,27 @@ func (m *Metrics) Observe(r *record.Record) {
 	}
 	status := strconv.Itoa(r.Status)
 	d := r.Derived
+	// The served model is learned like the requested one: from requests
+	// an upstream took.
+	// An answer that named no model (a failure, an engine that does not
+	// say) leaves gen_ai_response_model empty: absent, as the conventions
+	// want it.
+	served := ""
+	if r.ServedModel != "" {
+		if served = m.labels.Model.Value(r.ServedModel, label.LearnModel(sent, r.UpstreamStatus)); served == "" {
+			served = OtherModel
+		}
+	}
+	g := []string{model, up, biz, operation(r.Endpoint), provider(r.Engine), model, served}
+	ex := exemplar(r)
 
-	m.duration.WithLabelValues(model, up, biz, status).Observe(d.E2E.Seconds())
+	observe(m.duration.WithLabelValues(append(g, status, r.ErrorType)...), d.E2E.Seconds(), ex)
 	m.requests.WithLabelValues(model, up, biz, status, r.ErrorType, finish).Inc()
+	if c := r.Cost; c.Nanos > 0 && c.Currency != "" {
+		// Currencies come from the price table (validated ISO codes):
+		// bounded by the configuration.
+		m.cost.WithLabelValues(c.Currency, model, biz).Add(float64(c.Nanos) / 1e9)
+	}
 
 	u := r.Usage
 	if u.InputTokens > 0 {
@@ -183,22 +218,22 @@ func (m *Metrics) Observe(r *record.Record) {
 	}
 	// An input nobody counted is left out, not observed as 0 tokens.
 	if u.InputKnown() {
-		m.tokenUsage.WithLabelValues(model, up, biz, "input").Observe(float64(u.InputTokens))
+		m.tokenUsage.WithLabelValues(append(g, "input")...).Observe(float64(u.InputTokens))
 	}
 	if u.Source != record.SourceNone && u.Source != "" {
-		m.tokenUsage.WithLabelValues(model, up, biz, "output").Observe(float64(u.OutputTokens))
+		m.tokenUsage.WithLabelValues(append(g, "output")...).Observe(float64(u.OutputTokens))
 	}
 	if !r.Stream {
 		return
 	}
 	if d.TTFT != nil {
-		m.ttft.WithLabelValues(model, up, biz).Observe(seconds(*d.TTFT))
+		observe(m.ttft.WithLabelValues(g...), seconds(*d.TTFT), ex)
 	}
 	if d.UpstreamTTFT != nil {
 		m.upTTFT.WithLabelValues(model, up, biz).Observe(seconds(*d.UpstreamTTFT))
 	}
 	if d.TPOT != nil {
-		m.tpot.WithLabelValues(model, up, biz).Observe(seconds(*d.TPOT))
+		observe(m.tpot.WithLabelValues(g...), seconds(*d.TPOT), ex)
 	}
 }
 
@@ -224,3 +259,53 @@ func (m *Metrics) TokenizerCheck(model string, mismatch bool) {
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// exemplar links an observation to its request: the trace id (for a
+// tracing backend) and tollgate's request id (for /ui/ and `tollgate
+// requests show`). Both are tollgate's own, never a client's: bounded in
+// length, and exemplars are not series, so they add no cardinality.
+func exemplar(r *record.Record) prometheus.Labels {
+	l := prometheus.Labels{"request_id": r.RequestID}
+	if r.TraceID != "" {
+		l["trace_id"] = r.TraceID
+	}
+	if r.RequestID == "" && r.TraceID == "" {
+		return nil
+	}
+	return l
+}
+
+// observe records v with its exemplar when the histogram takes one.
+func observe(o prometheus.Observer, v float64, ex prometheus.Labels) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && ex != nil {
+		eo.ObserveWithExemplar(v, ex)
+		return
+	}
+	o.Observe(v)
+}
+
+// operation is gen_ai_operation_name for an endpoint, in the
+// conventions' well-known values; bounded.
+func operation(endpoint string) string {
+	switch endpoint {
+	case "chat", "responses", "messages", "":
+		return "chat"
+	case "completions":
+		return "text_completion"
+	case "embeddings":
+		return "embeddings"
+	}
+	return "other"
+}
+
+// provider is gen_ai_provider_name for an engine kind: the conventions'
+// well-known value for hosted APIs (openai, anthropic), the engine's
+// name for a self-hosted one (vllm, sglang, tgi, llamacpp, ollama), which
+// the conventions leave to the instrumentation. Engine kinds are
+// validated by the config: bounded.
+func provider(engine string) string {
+	if engine == "" {
+		return "none"
+	}
+	return engine
+}

@@ -40,7 +40,7 @@ func TestObserveNoUnboundedLabels(t *testing.T) {
 				values[lp.GetName()][lp.GetValue()] = true
 			}
 		}
-		for name, bound := range map[string]int{"model": 5, "biz_line": 4, "finish_reason": 1} {
+		for name, bound := range map[string]int{"model": 5, "gen_ai_request_model": 5, "gen_ai_response_model": 5, "biz_line": 4, "finish_reason": 1} {
 			if n := len(values[name]); n > bound {
 				t.Errorf("%s has %d %s label values, want ≤ %d", mf.GetName(), n, name, bound)
 			}

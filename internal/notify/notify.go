@@ -341,7 +341,17 @@ func New(cfg Config, opts Options) (*Dispatcher, error) {
 	}, []string{"notifier", "type", "result"})
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(total); err != nil {
-			return nil, fmt.Errorf("notify: register metrics: %w", err)
+			// A reload builds a new Dispatcher on the same registry: it
+			// counts on the series of the one it replaces.
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("notify: register metrics: %w", err)
+			}
+			prev, ok := are.ExistingCollector.(*prometheus.CounterVec)
+			if !ok {
+				return nil, fmt.Errorf("notify: register metrics: %w", err)
+			}
+			total = prev
 		}
 	}
 	queueSize := orDefault(opts.QueueSize, DefaultQueueSize)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/alert"
+	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/notify"
 	"github.com/tollgate-dev/tollgate/internal/quota"
@@ -59,6 +60,13 @@ type Options struct {
 	// Captures are the captured text of slow or failed requests, read by
 	// admin tokens only (captures.go); nil answers 404.
 	Captures store.Captures
+	// Reload re-reads the config file and puts what can change live in
+	// force (POST /api/v1/admin/reload, admin only); it returns the keys
+	// that changed but need a restart. Nil answers 404.
+	Reload func() (needsRestart []string, err error)
+	// Budgets lists the budgets' burn (GET /api/v1/budgets); nil answers
+	// an empty list.
+	Budgets func() []budget.Status
 }
 
 // API is the /api/v1/ handler.
@@ -100,6 +108,8 @@ func NewAPI(o Options) *API {
 	a.mux.HandleFunc("GET /api/v1/reconciliations/{id}", a.read(a.getReconciliation))
 	a.mux.HandleFunc("GET /api/v1/captures", a.admin(a.listCaptures))
 	a.mux.HandleFunc("GET /api/v1/captures/{id}", a.admin(a.getCapture))
+	a.mux.HandleFunc("POST /api/v1/admin/reload", a.read(a.reload))
+	a.mux.HandleFunc("GET /api/v1/budgets", a.read(a.budgets))
 	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "no such API endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -303,7 +303,7 @@ func TestConformance(t *testing.T) {
 				case "wait":
 					clk.Add(s.d)
 				case "midnight":
-					_, end := red.p.Day(clk.Now())
+					_, end := red.policy.Load().Day(clk.Now())
 					clk.Add(end.Sub(clk.Now()) + time.Hour)
 				}
 				if diff := cmp.Diff(lev.take(), rev.take(), cmpopts.EquateEmpty()); diff != "" {

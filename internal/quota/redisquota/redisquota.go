@@ -63,7 +63,7 @@ type Options struct {
 
 // Limiter is the Redis-backed quota.Limiter.
 type Limiter struct {
-	p       *quota.Policy
+	policy  atomic.Pointer[quota.Policy] // replaced by Reconfigure
 	cfg     quota.Redis
 	rdb     *redis.Client
 	prefix  string
@@ -114,10 +114,24 @@ func New(cfg quota.Config, o Options) (*Limiter, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	l := &Limiter{p: p, cfg: rc, rdb: redis.NewClient(opt), prefix: rc.PrefixOrDefault() + ":{q}:",
+	l := &Limiter{cfg: rc, rdb: redis.NewClient(opt), prefix: rc.PrefixOrDefault() + ":{q}:",
 		timeout: to, backoff: rc.BackoffOrDefault(), seed: o.Seed, onEvent: o.OnEvent, now: o.Now, log: o.Log,
 		m: newMetrics(o.Registerer)}
+	l.policy.Store(p)
 	return l, nil
+}
+
+// Reconfigure puts new limits in force (a config reload): the counters
+// live in Redis, so nothing is lost; requests in flight settle with the
+// policy they were admitted under. cfg.Redis itself (URL, prefix,
+// timeouts) is not reloaded: serve says a restart is needed.
+func (l *Limiter) Reconfigure(cfg quota.Config) error {
+	p, err := quota.NewPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	l.policy.Store(p)
+	return nil
 }
 
 // Close closes the connections to Redis.
@@ -160,15 +174,16 @@ func (l *Limiter) Admit(ctx context.Context, r quota.Request) (quota.Decision, q
 	in := max(r.EstInputTokens, 0)
 	n := in + max(r.EstOutputTokens, 0)
 	c := max(r.EstCostNanos, 0)
-	sc := l.p.Scopes(r.Subject)
+	p := l.policy.Load() // one policy for the whole decision
+	sc := p.Scopes(r.Subject)
 	if len(sc) == 0 {
 		return quota.Decision{Allowed: true}, nop{}, nil
 	}
 	now := l.now()
-	dayStart, dayEnd := l.p.Day(now)
+	dayStart, dayEnd := p.Day(now)
 	l.seen.add(sc, dayStart.Unix())
 	// max_input_tokens needs no counter: it holds with Redis down too.
-	d, refused, evs := l.p.MaxInput(sc, in, now)
+	d, refused, evs := p.MaxInput(sc, in, now)
 	if refused {
 		l.emit(evs)
 		return d, nil, nil
@@ -219,7 +234,7 @@ func (l *Limiter) Admit(ctx context.Context, r quota.Request) (quota.Decision, q
 	l.up()
 	st := snapshots(res[2:], len(sc), 7)
 	if res[0] == 0 {
-		d, ok := l.p.Refused(sc, st, n, c, now, dayEnd)
+		d, ok := p.Refused(sc, st, n, c, now, dayEnd)
 		if !ok {
 			// Cannot happen unless the script and quota disagree: refuse
 			// (the script reserved nothing) and say so in the log.
@@ -230,7 +245,7 @@ func (l *Limiter) Admit(ctx context.Context, r quota.Request) (quota.Decision, q
 		l.emit(d.Warnings)
 		return d, nil, nil
 	}
-	d = l.p.Admitted(sc, st, now)
+	d = p.Admitted(sc, st, now)
 	d.Warnings = append(evs, d.Warnings...)
 	if len(d.Warnings) == 0 {
 		d.Warnings = nil
@@ -398,7 +413,7 @@ func (t *ticket) settle(tokens, cost int64, cancel bool) {
 	}
 	l := t.l
 	now := l.now()
-	dayStart, _ := l.p.Day(now)
+	dayStart, _ := l.policy.Load().Day(now)
 	keys := t.keys
 	if keys == nil { // admitted uncounted: record the usage on today
 		t.dayStart = dayStart
@@ -423,7 +438,7 @@ func (t *ticket) settle(tokens, cost int64, cancel bool) {
 	}
 	l.up()
 	if today {
-		l.emit(l.p.Committed(t.sc, snapshots(res, len(t.sc), 5), now))
+		l.emit(l.policy.Load().Committed(t.sc, snapshots(res, len(t.sc), 5), now))
 	}
 }
 
@@ -519,10 +534,10 @@ func (s *seen) today(day int64) []quota.Scope {
 // that this replica has met today, with the fleet's figures from Redis
 // (one pipelined read). Nil when Redis cannot be read.
 func (l *Limiter) Usage(now time.Time) []quota.ScopeUsage {
-	dayStart, dayEnd := l.p.Day(now)
-	sc := l.p.Named()
+	dayStart, dayEnd := l.policy.Load().Day(now)
+	sc := l.policy.Load().Named()
 	for _, s := range l.seen.today(dayStart.Unix()) {
-		if got := l.p.Scopes(subjectOf(s)); len(got) == 1 && got[0].Default {
+		if got := l.policy.Load().Scopes(subjectOf(s)); len(got) == 1 && got[0].Default {
 			sc = append(sc, got[0])
 		}
 	}
@@ -587,8 +602,8 @@ func subjectOf(s quota.Scope) quota.Subject {
 // script only writes a key without one (as a request's seed does).
 func (l *Limiter) Preload(ctx context.Context, all quota.DaySeedFunc) error {
 	now := l.now()
-	dayStart, dayEnd := l.p.Day(now)
-	named := l.p.Named()
+	dayStart, dayEnd := l.policy.Load().Day(now)
+	named := l.policy.Load().Named()
 	var errs []error
 	for kind := range quota.Kind(3) {
 		var mine []quota.Scoped
@@ -597,7 +612,7 @@ func (l *Limiter) Preload(ctx context.Context, all quota.DaySeedFunc) error {
 				mine = append(mine, s)
 			}
 		}
-		useDef := l.p.DefaultDaily(kind)
+		useDef := l.policy.Load().DefaultDaily(kind)
 		if len(mine) == 0 && !useDef {
 			continue
 		}
@@ -619,7 +634,7 @@ func (l *Limiter) Preload(ctx context.Context, all quota.DaySeedFunc) error {
 			continue
 		}
 		for name, u := range used {
-			sc := l.p.Scopes(subjectOf(quota.Scope{Kind: kind, Name: name}))
+			sc := l.policy.Load().Scopes(subjectOf(quota.Scope{Kind: kind, Name: name}))
 			if name == "" || len(sc) != 1 || !sc[0].Default || !sc[0].Daily() {
 				continue
 			}

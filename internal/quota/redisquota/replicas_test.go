@@ -154,7 +154,7 @@ func TestRestartKeepsCountersAndKeysExpire(t *testing.T) {
 	}
 
 	c := srv.Client(t)
-	dayStart, dayEnd := b.p.Day(time.Now())
+	dayStart, dayEnd := b.policy.Load().Day(time.Now())
 	ttl, err := c.TTL(context.Background(), b.dayKey(quota.Scope{Kind: quota.KindUser, Name: "alice"}, dayStart)).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -587,6 +587,32 @@
           h('th', {}, t('budget.burn')), h('th', { class: 'num' }, t('budget.share')))),
         h('tbody', {}, rows))));
   }
+  // budgetsBody renders GET /api/v1/budgets: each configured budget (day,
+  // month or rolling window; user, key, business line or team) with its
+  // usage against tokens and cost, and the thresholds that alert.
+  function budgetsBody(list) {
+    if (!list.length) return h('p', { class: 'placeholder', 'data-testid': 'budgets-empty' }, t('budgets.none'));
+    const amount = (b) => [b.token_budget ? fmtInt(b.tokens) + ' / ' + fmtInt(b.token_budget) + ' ' + t('budgets.tokens') : null,
+      b.cost_budget_nanos ? (b.cost_nanos / 1e9).toFixed(2) + ' / ' + (b.cost_budget_nanos / 1e9).toFixed(2) : null].filter(Boolean).join(' · ');
+    const rows = list.map((b) => {
+      const th = b.thresholds || [];
+      const warnAt = th.length > 1 ? th[th.length - 2] : 0.8;
+      const level = b.share >= 1 ? 'over' : b.share >= warnAt ? 'warn' : 'ok';
+      const width = Math.min(Math.max(b.share, 0), 1) * 100;
+      return h('tr', { 'data-budget': b.name, class: 'burn-' + level },
+        h('td', {}, b.name, b.enforce ? h('span', { class: 'muted' }, ' · ' + t('budgets.enforced')) : null),
+        h('td', {}, b.scope + ':' + b.subject),
+        h('td', {}, b.period === 'rolling' ? t('budgets.rolling', { from: fmtTime(b.from).slice(0, 16) }) : fmtTime(b.from).slice(0, 10) + ' → ' + fmtTime(b.to).slice(0, 10)),
+        h('td', { class: 'num' }, amount(b)),
+        h('td', { class: 'burn-cell' }, h('div', { class: 'burn-track' }, h('div', { class: 'burn-bar', style: `width:${width.toFixed(1)}%` }))),
+        h('td', { class: 'num', 'data-testid': 'budgets-share' }, fmtPct(b.share) + ' %'),
+        h('td', { class: 'muted' }, th.map((x) => Math.round(x * 100) + ' %').join(' / ')));
+    });
+    return h('div', { class: 'scroll' }, h('table', { 'data-testid': 'budgets-table' },
+      h('thead', {}, h('tr', {}, [t('budgets.name'), t('budget.scope'), t('budgets.period'), t('budget.used_quota'), t('budget.burn'), t('budget.share'), t('budgets.thresholds')]
+        .map((l, i) => h('th', { class: i === 3 || i === 5 ? 'num' : null }, l)))),
+      h('tbody', {}, rows)));
+  }
   // ---- Reconciliation -----------------------------------------------------
   // Runs of `tollgate reconcile` (GET /api/v1/reconciliations): a provider's
   // bill against the ledger. Tokens are input + output; the difference is
@@ -754,6 +780,14 @@
         budget.replaceChildren(budgetBody(res.quotas || []));
       } catch (err) { budget.replaceChildren(errorBox(err)); }
     };
+    const budgets = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(h('div', { class: 'card', 'data-testid': 'budgets', 'data-api': 'budgets' }, h('h2', {}, t('budgets.title')), h('p', { class: 'hint' }, t('budgets.hint')), budgets));
+    const loadBudgets = async () => {
+      try {
+        const res = await api('budgets');
+        budgets.replaceChildren(budgetsBody(res.budgets || []));
+      } catch (err) { budgets.replaceChildren(errorBox(err)); }
+    };
     const recon = h('div', {}, h('p', { class: 'muted' }, t('common.loading')));
     main.append(h('div', { class: 'card', 'data-testid': 'reconcile', 'data-api': 'reconciliations?limit=20' }, h('h2', {}, t('recon.title')), h('p', { class: 'hint' }, t('recon.hint')), recon));
     const loadRecon = async () => {
@@ -770,7 +804,7 @@
       main.append(h('div', { class: 'card', 'data-testid': 'report-' + kind }, h('h2', {}, title), hint ? h('p', { class: 'hint' }, hint) : null, body));
       return [kind, body];
     });
-    await Promise.all([loadOverTime(), loadBudget(), loadRecon(), ...cards.map(async ([kind, body]) => {
+    await Promise.all([loadOverTime(), loadBudget(), loadBudgets(), loadRecon(), ...cards.map(async ([kind, body]) => {
       try {
         const res = await api('reports/' + kind + '?' + q.toString());
         body.replaceChildren(h('p', { class: 'hint' }, t('cost.period', { from: fmtTime(res.from).slice(0, 16), to: fmtTime(res.to).slice(0, 16) })), reportTable(res));
