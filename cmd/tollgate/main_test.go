@@ -259,6 +259,21 @@ func TestRequestsCLI(t *testing.T) {
 		}
 	}
 
+	// --sort: the slowest end to end first, over the whole ledger.
+	slowest := recs[0]
+	for _, r := range recs {
+		if r.Derived.E2E > slowest.Derived.E2E {
+			slowest = r
+		}
+	}
+	out, _, err = runCmd(t, "requests", "--db", db, "--json", "--limit", "1", "--sort", "e2e")
+	if err != nil || json.Unmarshal([]byte(strings.TrimSpace(out)), &first) != nil || first["request_id"] != slowest.RequestID {
+		t.Errorf("--sort e2e --limit 1 gave %s (err %v), want the slowest %s", out, err, slowest.RequestID)
+	}
+	if _, _, err := runCmd(t, "requests", "--db", db, "--sort", "speed"); err == nil || !strings.Contains(err.Error(), "unknown sort") {
+		t.Errorf("--sort speed: %v; want an error naming the sorts", err)
+	}
+
 	out, _, err = runCmd(t, "requests", "show", "--db", db, newest.RequestID)
 	for _, want := range []string{"Identity", "Usage", "Timing", "Result", newest.RequestID, newest.ParentSpanID, newest.ResponseID} {
 		if err != nil || !strings.Contains(out, want) {

@@ -35,6 +35,7 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.EndUser, "end-user", "", "only requests whose body named this end user (user, safety_identifier, metadata.user_id)")
 	fs.BoolVar(&f.ErrorsOnly, "errors", false, "only requests that ended with an error")
 	fs.DurationVar(&f.MinE2E, "slow", 0, "only requests slower end to end than this `duration`, e.g. 2s")
+	fs.StringVar(&f.Sort, "sort", "", "order by this `figure`, largest first, instead of newest first: ttft, e2e, input, output or cost")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}

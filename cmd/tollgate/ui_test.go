@@ -410,6 +410,23 @@ alerts:
 	}
 	checkClean("Requests, errors only")
 
+	// Sorted by E2E over the whole period (the server sorts, not the page):
+	// the first two rows are the API's two slowest, in that order.
+	var slowest struct {
+		Requests []struct {
+			RequestID string `json:"request_id"`
+		}
+	}
+	getJSON(t, base+"/api/v1/requests?sort=e2e&limit=2", &slowest)
+	run("sorted by e2e", chromedp.Navigate(base+"/ui/?lang=en#/requests?sort=e2e&limit=2"), ready("requests"))
+	if len(slowest.Requests) != 2 || textOf(`table[data-testid=requests] tbody tr:nth-child(1) a[data-testid=request-link]`) != slowest.Requests[0].RequestID ||
+		textOf(`table[data-testid=requests] tbody tr:nth-child(2) a[data-testid=request-link]`) != slowest.Requests[1].RequestID {
+		t.Errorf("Requests sorted by E2E do not start with the API's slowest %d", len(slowest.Requests))
+	}
+	if eval(`document.querySelectorAll('[data-testid=more]').length`) != 1 {
+		t.Error("a capped sorted list offers no More rows")
+	}
+
 	// Requests → Request: the whole report of the picked request.
 	run("back to all", chromedp.Navigate(base+"/ui/?lang=en#/requests"), ready("requests"))
 	run("open the request", chromedp.Click(chromedp.CSS(row+`a[data-testid=request-link]`)), ready("request"))

@@ -10,6 +10,10 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -80,6 +84,29 @@ type Filter struct {
 	ErrorsOnly      bool          // error_type != ""
 	MinE2E          time.Duration // "slow only"
 	Limit           int           // 0 (or less) means 100
+	// Sort, when set, orders the rows by that figure, largest first (then
+	// newest first): one of Sorts. Rows without it (no first token) come
+	// last. Empty is newest first.
+	Sort string
+}
+
+// Sorts are the figures Requests may order rows by, with the ledger
+// column of each (the same in every backend).
+var Sorts = map[string]string{
+	"ttft": "ttft_ns", "e2e": "e2e_ns", "input": "input_tokens", "output": "output_tokens", "cost": "cost_nanos",
+}
+
+// SortColumn is the column f.Sort orders by, "" for newest first; an
+// unknown sort is an error naming the known ones.
+func (f Filter) SortColumn() (string, error) {
+	if f.Sort == "" {
+		return "", nil
+	}
+	c, ok := Sorts[f.Sort]
+	if !ok {
+		return "", fmt.Errorf("unknown sort %q; one of %s", f.Sort, strings.Join(slices.Sorted(maps.Keys(Sorts)), ", "))
+	}
+	return c, nil
 }
 
 // ErrNotFound is returned by Request when no record matches.

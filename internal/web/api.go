@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -255,7 +257,7 @@ func (a *API) getReport(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// listRequests: GET /api/v1/requests?since=&until=&user=&biz_line=&model=&trace_id=&client_request_id=&template=&endpoint=&end_user=&status=&errors=1&slow=2s&limit=
+// listRequests: GET /api/v1/requests?since=&until=&user=&biz_line=&model=&trace_id=&client_request_id=&template=&endpoint=&end_user=&status=&errors=1&slow=2s&sort=&limit=
 func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 	p := a.params(r)
 	q := p.q
@@ -267,6 +269,8 @@ func (a *API) listRequests(w http.ResponseWriter, r *http.Request) {
 	p.duration("slow", &f.MinE2E)
 	p.limit(&f.Limit, 10000)
 	p.bool("errors", &f.ErrorsOnly)
+	p.oneOf("sort", slices.Sorted(maps.Keys(store.Sorts))...)
+	f.Sort = q.Get("sort")
 	if p.err != nil {
 		a.writeParamErr(w, p.err, "")
 		return

@@ -33,6 +33,7 @@ func TestBadQueryParameters(t *testing.T) {
 		{"/api/v1/requests?slow=fast", "slow", "a duration such as 500ms"},
 		{"/api/v1/requests?slow=-2s", "slow", "a duration"},
 		{"/api/v1/requests?errors=maybe", "errors", "1, true, 0 or false"},
+		{"/api/v1/requests?sort=rowid", "sort", "one of cost, e2e, input, output, ttft"},
 		{"/api/v1/requests?limit=x", "limit", "an integer from 1 to 10000"},
 		{"/api/v1/requests?limit=10001", "limit", "an integer from 1 to 10000"},
 		{"/api/v1/requests?since=yesterday", "since", "a date (2026-11-01) or an RFC 3339 time"},

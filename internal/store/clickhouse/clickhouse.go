@@ -482,6 +482,9 @@ func (s *Store) Requests(ctx context.Context, f store.Filter) ([]*record.Record,
 	if err := s.Connected(); err != nil {
 		return nil, err
 	}
+	if _, err := f.SortColumn(); err != nil {
+		return nil, err
+	}
 	recs, err := s.read(ctx, requestsQuery(s.db, f), false)
 	if err != nil {
 		return nil, fmt.Errorf("query ClickHouse ledger: %w", err)
@@ -529,7 +532,11 @@ func requestsQuery(db string, f store.Filter) string {
 	}
 	// request_id breaks ties between equal arrivals so that pages are
 	// stable.
-	return q + " ORDER BY arrival_ns DESC, request_id DESC LIMIT " + quoteInt(int64(limit)) + " FORMAT RowBinary"
+	order := "arrival_ns DESC, request_id DESC"
+	if c, _ := f.SortColumn(); c != "" {
+		order = c + " DESC NULLS LAST, " + order
+	}
+	return q + " ORDER BY " + order + " LIMIT " + quoteInt(int64(limit)) + " FORMAT RowBinary"
 }
 
 // Request returns every attempt of one request, ordered by attempt, with

@@ -266,6 +266,9 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 // Requests returns the ledger rows matching f, newest first. It reads the
 // ledger only: Timeline is always empty here (use Request for details).
 func (s *Store) Requests(ctx context.Context, f store.Filter) ([]*record.Record, error) {
+	if _, err := f.SortColumn(); err != nil {
+		return nil, err
+	}
 	q, args := requestsQuery(f)
 	recs, err := s.query(ctx, q, false, args...)
 	if err != nil {
@@ -333,6 +336,12 @@ func requestsQuery(f store.Filter) (string, []any) {
 	// rowid breaks ties so that pages are stable; every index on arrival
 	// ends in rowid implicitly, so the order is read straight off the
 	// index and LIMIT stops the scan early, with no sort.
+	if c, _ := f.SortColumn(); c != "" {
+		// SQLite sorts NULL below every value: rows without the figure
+		// come last. A sort reads the whole filtered period.
+		q += " ORDER BY " + c + " DESC, arrival DESC, rowid DESC LIMIT ?"
+		return q, append(args, limit)
+	}
 	q += " ORDER BY arrival DESC, rowid DESC LIMIT ?"
 	return q, append(args, limit)
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,6 +249,11 @@ func testFilter(t *testing.T, s store.Store) {
 		{"combined with limit", store.Filter{BizLine: "search", Model: "m1", Limit: 1}, []string{"r5"}},
 		{"no match", store.Filter{UserID: "alice", Model: "m2"}, nil},
 		{"unknown value", store.Filter{TraceID: "nope"}, nil},
+		{"sorted by e2e", store.Filter{Sort: "e2e"}, []string{"r3", "r2", "r1", "r4", "r5"}},
+		{"sorted, filtered, limited", store.Filter{Sort: "e2e", BizLine: "search", Limit: 2}, []string{"r1", "r4"}},
+	}
+	if _, err := s.Requests(t.Context(), store.Filter{Sort: "rowid"}); err == nil || !strings.Contains(err.Error(), "e2e") {
+		t.Errorf("Requests with an unknown sort: %v; want an error naming the known ones", err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

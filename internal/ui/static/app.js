@@ -193,12 +193,9 @@
 
   // ---- Requests ---------------------------------------------------------
   const REQ_FILTERS = ['range', 'since', 'until', 'user', 'biz_line', 'model', 'status', 'trace_id', 'template', 'slow', 'errors', 'limit'];
-  // SORTS: what a column header sorts the listed page by (descending;
-  // arrival is the API's own order, newest first).
-  const SORTS = {
-    ttft: (r) => r.timing.ttft_ms, e2e: (r) => r.timing.e2e_ms, input: (r) => r.usage.input_tokens,
-    output: (r) => r.usage.output_tokens, cost: (r) => (r.cost && r.cost.nanos) || 0,
-  };
+  // SORTS: the figures a column header sorts by, as the API's sort=
+  // names them (largest first; without one, newest first).
+  const SORTS = new Set(['ttft', 'e2e', 'input', 'output', 'cost']);
   async function pageRequests(main, params) {
     const get = (k, d = '') => params.get(k) || d;
     const range = get('range', '24h');
@@ -242,6 +239,10 @@
     // Paging: "older" lists the rows before the last one shown (before=,
     // an arrival instant); the browser's back button goes newer again.
     if (get('before')) q.set('until', get('before'));
+    // A column header sorts the whole filtered period on the server
+    // (sort=), largest first; "more" then raises the limit.
+    const sortKey = SORTS.has(get('sort')) ? get('sort') : '';
+    if (sortKey) q.set('sort', sortKey);
     const limit = get('limit', '100');
     q.set('limit', limit);
     const out = h('div', { class: 'card' }, h('p', { class: 'muted' }, t('common.loading')));
@@ -249,7 +250,6 @@
     let data;
     try { data = await api('requests?' + q.toString()); } catch (err) { out.replaceChildren(errorBox(err)); return; }
     const recs = data.requests || [];
-    const sortKey = SORTS[get('sort')] ? get('sort') : '';
     const cols = [
       { label: t('col.arrival'), cell: (r) => fmtTime(r.timing.arrival) },
       { label: t('col.request_id'), cell: (r) => h('a', { href: href('request', r.request_id), 'data-testid': 'request-link' }, r.request_id) },
@@ -263,9 +263,13 @@
       { label: sortHead('output', t('col.output_tokens')), num: true, cell: (r) => h('span', { 'data-testid': 'output-tokens' }, fmtInt(r.usage.output_tokens)) },
       { label: sortHead('cost', t('col.cost')), num: true, cell: (r) => fmtCost(r.cost) },
     ];
-    const shown = sortKey ? recs.slice().sort((a, b) => (SORTS[sortKey](b) || 0) - (SORTS[sortKey](a) || 0)) : recs;
-    const note = recs.length >= Number(limit) ? t('requests.capped', { n: recs.length }) : t('requests.count', { n: recs.length });
-    const older = recs.length >= Number(limit) ? h('a', { class: 'button', 'data-testid': 'older', href: href('requests', '', (() => { const p = new URLSearchParams(params); p.set('before', recs[recs.length - 1].timing.arrival); return p; })()) }, t('requests.older')) : null;
+    const shown = recs;
+    const capped = recs.length >= Number(limit);
+    const note = capped ? (sortKey ? t('requests.capped_sorted', { n: recs.length }) : t('requests.capped', { n: recs.length })) : t('requests.count', { n: recs.length });
+    const more = (p) => { p.set('limit', String(Math.min(Number(limit) * 2, 10000))); return p; };
+    const older = !capped ? null : sortKey
+      ? (Number(limit) < 10000 ? h('a', { class: 'button', 'data-testid': 'more', href: href('requests', '', more(new URLSearchParams(params))) }, t('requests.more')) : null)
+      : h('a', { class: 'button', 'data-testid': 'older', href: href('requests', '', (() => { const p = new URLSearchParams(params); p.set('before', recs[recs.length - 1].timing.arrival); return p; })()) }, t('requests.older'));
     out.replaceChildren(...[h('p', { class: 'muted', 'data-testid': 'count' }, note, get('before') ? ' · ' + t('requests.before', { t: fmtTime(get('before')) }) : ''),
       recs.length ? table(cols, shown, { 'data-testid': 'requests' }) : h('p', { class: 'placeholder' }, t('requests.none')),
       sortKey ? h('p', { class: 'hint' }, t('requests.sort_hint')) : null, older].filter((x) => x));
