@@ -758,7 +758,7 @@ alerts:
 	}
 	shot("reconciliation_run_zh")
 
-	uiExactRanges(t, ctx, base, list.Requests, shot, checkClean)
+	uiExactRanges(t, base, list.Requests, uiBrowser{run: run, str: str, ready: ready, shot: shot, checkClean: checkClean})
 }
 
 // The page checks of issue 20, as JavaScript run in the page.
@@ -808,29 +808,23 @@ const (
 	})()`
 )
 
+// uiBrowser is TestDashboardInBrowser's page driver, for the checks it
+// hands to functions of their own.
+type uiBrowser struct {
+	run        func(what string, actions ...chromedp.Action[chromedp.Void])
+	str        func(expr string) string
+	ready      func(page string) chromedp.Action[chromedp.Void]
+	shot       func(name string)
+	checkClean func(where string)
+}
+
 // uiExactRanges: the checks of issue 20 — headline figures equal the API's
 // exact-range figures; a drilled minute shows its requests in every card;
 // partial and one-request buckets; one time zone per page, carried in the
 // URL; no English on Chinese pages; nothing overflows at 1440 and 390 px.
-func uiExactRanges(t *testing.T, ctx context.Context, base string, recs []uiRecord, shot func(string), checkClean func(string)) {
+func uiExactRanges(t *testing.T, base string, recs []uiRecord, b uiBrowser) {
 	t.Helper()
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	str := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		return v
-	}
-	ready := func(page string) chromedp.Action[chromedp.Void] {
-		return chromedp.WaitVisible(chromedp.CSS(`#main[data-ready="` + page + `"]`))
-	}
+	run, str, ready, shot, checkClean := b.run, b.str, b.ready, b.shot, b.checkClean
 	var first, last time.Time
 	for _, r := range recs {
 		if first.IsZero() || r.Timing.Arrival.Before(first) {
