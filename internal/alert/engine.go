@@ -498,7 +498,14 @@ func (e *Engine) evalRule(ctx context.Context, r Rule, now time.Time) (map[strin
 				}
 				b.base, b.baseFrom, b.baseTo, b.young = bv, gfrom, gto, young != nil
 				levels = &Levels{Warning: bv * r.Baseline.Warning, Critical: bv * r.Baseline.Critical}
-				if young != nil && young.capped {
+				switch {
+				case young != nil && gto.Sub(gfrom) < r.Baseline.Previous/2:
+					// A baseline under half the rule's own is a usual
+					// level read from a few minutes, its P99 from few
+					// requests: it warns only at the rule's critical
+					// factor, and never escalates.
+					levels.Warning, levels.Critical = levels.Critical, 0
+				case young != nil && young.capped:
 					// The seeds escalate only when the long window breaches
 					// too; without the history for it, a warning at most.
 					levels.Critical = 0

@@ -66,7 +66,7 @@ const RunawayRule = "runaway_spend"
 func (r Runaway) withDefaults() Runaway {
 	r.Window = cmp.Or(r.Window, 5*time.Minute)
 	r.Usual = cmp.Or(r.Usual, time.Hour)
-	r.Warning = cmp.Or(r.Warning, 10)
+	r.Warning = cmp.Or(r.Warning, 20)
 	r.Critical = cmp.Or(r.Critical, 50)
 	r.MinTokens = cmp.Or(r.MinTokens, 50000)
 	r.Ceiling = cmp.Or(r.Ceiling, 1000000)

@@ -185,7 +185,7 @@ func TestRunawaySpend(t *testing.T) {
 	}
 	var fired []Alert
 	for m := 20; m < 28; m++ {
-		fired = append(fired, c.minute(m, 300, keyed("steady", 1000))...) // fifteen times
+		fired = append(fired, c.minute(m, 600, keyed("steady", 1000))...) // thirty times
 		fired = append(fired, c.minute(m, 6, keyed("quiet", 100))...)     // three times, few tokens
 		fired = append(fired, c.minute(m, 250, keyed("new", 1000))...)    // no history: over 1,000,000 per 5 m
 	}
@@ -196,7 +196,7 @@ func TestRunawaySpend(t *testing.T) {
 		}
 	}
 	if a, ok := got["steady"]; !ok || a.Baseline == 0 || a.Value < 5*a.Baseline || a.Labels["user"] != "user-steady" {
-		t.Errorf("steady key at 15 times its rate: %+v", a)
+		t.Errorf("steady key at 30 times its rate: %+v", a)
 	}
 	if a, ok := got["new"]; !ok || a.Baseline != 0 || a.Threshold != 1e6 {
 		t.Errorf("new key over the ceiling: %+v", a)
