@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tollgate-dev/tollgate/internal/budget"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/record"
@@ -102,25 +99,12 @@ func TestTeamBudgetEnforcedThroughServe(t *testing.T) {
 	}
 }
 
-// counterGauge reads one series of a gauge from a real scrape.
+// counterGauge reads one series of a gauge from a real scrape; -1 when
+// it is not there.
 func counterGauge(t *testing.T, addr, name, labelName, labelValue string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range mfs[name].GetMetric() {
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == labelName && lp.GetValue() == labelValue {
-				return m.GetGauge().GetValue()
-			}
-		}
+	if m := scrapeSeries(t, addr, name, labelName, labelValue); m != nil {
+		return m.GetGauge().GetValue()
 	}
 	return -1
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"io"
 	"log/slog"
 	"net/http"
@@ -95,8 +96,16 @@ func streamOnce(addr string, tokens int, headers chan<- struct{}) (id string, wh
 	return id, resp.StatusCode == 200 && strings.Contains(string(rest), "[DONE]"), err
 }
 
-// counterValue reads one series of a counter from a real scrape.
+// counterValue reads one series of a counter from a real scrape; 0 when
+// it is not there yet.
 func counterValue(t *testing.T, addr, name, labelName, labelValue string) float64 {
+	t.Helper()
+	return scrapeSeries(t, addr, name, labelName, labelValue).GetCounter().GetValue()
+}
+
+// scrapeSeries is the series of metric name with the label given, from a
+// real scrape of /metrics; nil when there is none.
+func scrapeSeries(t *testing.T, addr, name, labelName, labelValue string) *dto.Metric {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -108,18 +117,14 @@ func counterValue(t *testing.T, addr, name, labelName, labelValue string) float6
 	if err != nil {
 		t.Fatal(err)
 	}
-	mf := mfs[name]
-	if mf == nil {
-		return 0
-	}
-	for _, m := range mf.GetMetric() {
+	for _, m := range mfs[name].GetMetric() {
 		for _, lp := range m.GetLabel() {
 			if lp.GetName() == labelName && lp.GetValue() == labelValue {
-				return m.GetCounter().GetValue()
+				return m
 			}
 		}
 	}
-	return 0
+	return nil
 }
 
 // TestReloadPricesUnderStreamingLoad is issue 22's reload test, through
