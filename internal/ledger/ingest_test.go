@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
+	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse"
 	"github.com/tollgate-dev/tollgate/internal/store/clickhouse/chtest"
 	"github.com/tollgate-dev/tollgate/internal/store/sqlite/bench"
@@ -84,23 +85,7 @@ func benchLedgerCH(b *testing.B, chURL string, replay bool) {
 	b.ResetTimer()
 	lg, stop := runLedger(b, cfg, st)
 	if !replay {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range producers {
-			wg.Go(func() {
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(len(recs)) {
-						return
-					}
-					if err := lg.Append(recs[i])(context.Background()); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		appendAll(b, lg, recs, producers)
 	}
 	stop()
 	b.StopTimer()
@@ -150,4 +135,27 @@ func fillQueue(tb testing.TB, dir string, payloads iter.Seq[[]byte]) {
 	if err := q.Close(); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// appendAll appends every Record from producers goroutines, each waiting
+// for its Record to be durable, as the gateway's requests do.
+func appendAll(b *testing.B, lg *Ledger, recs []*record.Record, producers int) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(recs)) {
+					return
+				}
+				if err := lg.Append(recs[i])(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

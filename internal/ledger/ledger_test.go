@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,23 +151,7 @@ func benchLedgerSQLite(b *testing.B, recs []*record.Record) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	lg, stop := runLedger(b, sqliteConfig(dir), st)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range producers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(recs)) {
-					return
-				}
-				if err := lg.Append(recs[i])(context.Background()); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	appendAll(b, lg, recs, producers)
 	stop() // ships everything
 	b.StopTimer()
 	m.Report(b, at)
