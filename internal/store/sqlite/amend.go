@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,11 +44,20 @@ func (s *Store) Rerate(ctx context.Context, from, to time.Time, rate func(*recor
 }
 
 func (s *Store) rerateChunk(ctx context.Context, recs []*record.Record, rate func(*record.Record) record.Cost) (int, error) {
+	s.pend.mu.Lock()
+	defer s.pend.mu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// Every row of the chunk then has its totals in the tables, where the
+	// changes below move them. Rerating is rare: writing the pending sums
+	// per chunk costs nothing that matters.
+	mark, err := s.writeRollups(ctx, tx, nil, 0)
+	if err != nil {
+		return 0, err
+	}
 	acc := newRollupAcc(s.loc)
 	n := 0
 	for _, r := range recs {
@@ -67,7 +78,11 @@ func (s *Store) rerateChunk(ctx context.Context, recs []*record.Record, rate fun
 	if err := acc.flush(ctx, tx, s.upserts); err != nil {
 		return 0, err
 	}
-	return n, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	s.pend.reset(mark, s.loc)
+	return n, nil
 }
 
 // SetEngineTiming amends one row and its rollups in one transaction.
@@ -83,6 +98,8 @@ func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record
 	nr := *old
 	nr.EngineTiming = &et
 	nr.Finish()
+	s.pend.mu.Lock()
+	defer s.pend.mu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("amend %q: %w", requestID, err)
@@ -96,14 +113,34 @@ func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record
 		args = append(args, int64(nr.Derived.Segments.Get(n)))
 	}
 	args = append(args, requestID)
-	if _, err := tx.ExecContext(ctx, "UPDATE requests SET "+strings.Join(sets, ", ")+" WHERE request_id = ?", args...); err != nil {
+	var rowid int64
+	err = tx.QueryRowContext(ctx, "UPDATE requests SET "+strings.Join(sets, ", ")+" WHERE request_id = ? RETURNING rowid", args...).Scan(&rowid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // pruned since it was read
+	}
+	if err != nil {
 		return fmt.Errorf("amend %q: %w", requestID, err)
 	}
-	acc := newRollupAcc(s.loc)
-	acc.add(old, -1)
-	acc.add(&nr, +1)
-	if err := acc.flush(ctx, tx, s.upserts); err != nil {
+	delta := newRollupAcc(s.loc)
+	delta.add(old, -1)
+	delta.add(&nr, +1)
+	mark, _, err := rollupMark(ctx, tx)
+	if err != nil {
 		return fmt.Errorf("amend %q: %w", requestID, err)
 	}
-	return tx.Commit()
+	if rowid <= mark {
+		// The row's totals are in the tables: move them there.
+		if err := delta.flush(ctx, tx, s.upserts); err != nil {
+			return fmt.Errorf("amend %q: %w", requestID, err)
+		}
+		return tx.Commit()
+	}
+	// The row's totals still wait in memory (or, if another process moved
+	// the mark, in nobody's: the next write sums the amended row from the
+	// ledger and drops what is pending, this change with it).
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("amend %q: %w", requestID, err)
+	}
+	s.pend.add(delta, 0, time.Now())
+	return nil
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		{r.Day, "DELETE FROM window_day WHERE rowid IN (SELECT rowid FROM window_day WHERE day < ? LIMIT 5000)", sec},
 		{r.Captures, "DELETE FROM captures WHERE rowid IN (SELECT rowid FROM captures WHERE at < ? LIMIT 5000)", ns},
 	}
+	// The rollups first hold every row, so that what goes below goes
+	// whole.
+	if err := s.syncRollups(ctx); err != nil {
+		return 0, fmt.Errorf("prune: %w", err)
+	}
 	var total int64
 	// Most prompts are sent once: prompt_day would otherwise hold nearly a
 	// row per request. Once a day has closed, only prompts seen more than
@@ -78,11 +84,19 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		}
 		cut := now.Add(-j.keep)
 		for {
-			res, err := s.w.ExecContext(ctx, j.stmt, j.arg(cut))
+			var n int64
+			var err error
+			if strings.HasPrefix(j.stmt, "DELETE FROM requests ") {
+				n, err = s.pruneLedger(ctx, j.stmt, j.arg(cut))
+			} else {
+				var res sql.Result
+				if res, err = s.w.ExecContext(ctx, j.stmt, j.arg(cut)); err == nil {
+					n, _ = res.RowsAffected()
+				}
+			}
 			if err != nil {
 				return total, fmt.Errorf("prune: %w", err)
 			}
-			n, _ := res.RowsAffected()
 			total += n
 			if n < 5000 || !strings.Contains(j.stmt, "LIMIT") {
 				break
@@ -90,4 +104,42 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 		}
 	}
 	return total, nil
+}
+
+// pruneLedger runs one chunk of the ledger's deletion with the rollups'
+// mark: pending sums written first, and the mark lowered in the same
+// transaction if the newest rows went, since SQLite then hands their
+// rowids to the next rows (pending.go).
+func (s *Store) pruneLedger(ctx context.Context, stmt string, cut any) (int64, error) {
+	s.pend.mu.Lock()
+	defer s.pend.mu.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	mark, err := s.writeRollups(ctx, tx, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, stmt, cut)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	_, top, err := rollupMark(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	if top < mark {
+		if _, err := tx.ExecContext(ctx, `UPDATE rollup_state SET rolled_through = ?`, top); err != nil {
+			return 0, fmt.Errorf("write rollup mark: %w", err)
+		}
+		mark = top
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	s.pend.reset(mark, s.loc)
+	return n, nil
 }

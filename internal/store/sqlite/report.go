@@ -184,6 +184,9 @@ func ceilMonth(t time.Time, loc *time.Location) time.Time {
 // the spans' rows of the same group together. Rows come sorted by their
 // keys, then currency.
 func (s *Store) Report(ctx context.Context, q store.ReportQuery) ([]store.ReportRow, error) {
+	if err := s.syncRollups(ctx); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
 	for _, d := range q.GroupBy {
 		if !slices.Contains(store.Dims, d) {
 			return nil, fmt.Errorf("report: unknown dimension %q", d)
@@ -350,6 +353,9 @@ func keyString(d store.Dim, v any, loc *time.Location) string {
 func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]store.PromptRow, error) {
 	if limit <= 0 {
 		limit = 100
+	}
+	if err := s.syncRollups(ctx); err != nil {
+		return nil, fmt.Errorf("prompts: %w", err)
 	}
 	sel := []string{"prompt_sha256", "model", "template_id", "currency"}
 	for _, m := range measures {

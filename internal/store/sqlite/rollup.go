@@ -262,26 +262,12 @@ func backfillRollups(tables []rollupTable) func(ctx context.Context, tx *sql.Tx,
 				where = append(where, t.only+" != ''")
 			}
 		}
-		q := "SELECT " + selectColumns + " FROM requests"
+		var q string
 		if len(where) == len(tables) {
-			q += " WHERE " + strings.Join(where, " OR ")
+			q = strings.Join(where, " OR ")
 		}
-		rows, err := tx.QueryContext(ctx, q)
-		if err != nil {
-			return fmt.Errorf("read ledger: %w", err)
-		}
-		defer rows.Close()
-		var dsts []any
-		for rows.Next() {
-			r := new(record.Record)
-			if err := rows.Scan(scanDests(dsts[:0], r)...); err != nil {
-				return fmt.Errorf("read ledger: %w", err)
-			}
-			r.Finish()
-			acc.add(r, 1)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read ledger: %w", err)
+		if _, err := sumLedger(ctx, tx, acc, q); err != nil {
+			return err
 		}
 		stmts := map[int]*sql.Stmt{}
 		defer func() {
@@ -292,6 +278,7 @@ func backfillRollups(tables []rollupTable) func(ctx context.Context, tx *sql.Tx,
 		return acc.upsert(func(table int, args []any) error {
 			st, ok := stmts[table]
 			if !ok {
+				var err error
 				if st, err = tx.PrepareContext(ctx, rollupTables[table].upsertSQL()); err != nil {
 					return err
 				}

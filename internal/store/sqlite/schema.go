@@ -193,6 +193,15 @@ var migrations = []string{
 	// 18: the system prompt's own fingerprint and token length, for
 	// "what changed" and the prompt-change events.
 	addColumns("system_sha256", "system_tokens"),
+	// 19: how far the rollups have summed the ledger, by rowid: sums wait
+	// in memory across batches and this mark says which rows a crash
+	// left to sum again (pending.go). Every row already in the ledger is
+	// in the rollups.
+	`CREATE TABLE rollup_state (
+		id             INTEGER PRIMARY KEY CHECK (id = 1),
+		rolled_through INTEGER NOT NULL
+	) STRICT;
+	INSERT INTO rollup_state (id, rolled_through) SELECT 1, COALESCE(MAX(rowid), 0) FROM requests;`,
 }
 
 // backfills fill, after the migrations in the same transaction, what a

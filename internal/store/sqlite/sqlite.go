@@ -55,6 +55,9 @@ type Store struct {
 	// loc is the report time zone: day and month rollups follow its
 	// calendar, so "today" in a report is the operator's today.
 	loc *time.Location
+	// pend is the rollup sums of committed rows not yet written
+	// (pending.go).
+	pend pending
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -89,6 +92,7 @@ func Open(ctx context.Context, path string, log *slog.Logger, opts ...Option) (*
 	for _, o := range opts {
 		o(s)
 	}
+	s.pend.reset(-1, s.loc)
 	if err := s.open(ctx); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one that matters
 		return nil, fmt.Errorf("open ledger %q: %w", path, err)
@@ -168,13 +172,21 @@ func (s *Store) open(ctx context.Context) error {
 		}
 		s.upserts = append(s.upserts, st)
 	}
-	return nil
+	// What a crash took from memory, summed again from the ledger.
+	return s.syncRollups(ctx)
 }
 
 // Close closes the ledger. Records still queued in a store.Writer are not
 // written: stop the Writer first.
 func (s *Store) Close() error {
 	var errs []error
+	if s.upserts != nil {
+		// Not an error to return: the rows are in the ledger, and the
+		// next Open sums them again.
+		if err := s.syncRollups(context.Background()); err != nil {
+			s.log.Warn("ledger rollups not written on close; the next open will", "path", s.path, "err", err)
+		}
+	}
 	for _, st := range append([]*sql.Stmt{s.insReq, s.insDet}, s.upserts...) {
 		if st != nil {
 			errs = append(errs, st.Close())
@@ -213,6 +225,8 @@ func (s *Store) Insert(ctx context.Context, b store.Batch) error {
 }
 
 func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
+	s.pend.mu.Lock()
+	defer s.pend.mu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -226,7 +240,8 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	req := tx.StmtContext(ctx, s.insReq)
 	det := tx.StmtContext(ctx, s.insDet)
 	args := make([]any, 0, len(ledger))
-	acc := newRollupAcc(s.loc)
+	batch := newRollupAcc(s.loc)
+	var last int64 // the largest rowid this batch added
 	for _, r := range recs {
 		if r == nil {
 			continue
@@ -248,19 +263,36 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		// Rollups and details only with a new ledger row: a replay must
 		// neither count twice nor graft a timeline onto what the first
 		// write stored.
-		if n == 1 {
-			acc.add(&f, +1)
+		if n != 1 {
+			continue
 		}
-		if n == 1 && r.Sampled {
+		if last, err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("request %q: %w", r.RequestID, err)
+		}
+		batch.add(&f, +1)
+		if r.Sampled {
 			if _, err := det.ExecContext(ctx, r.RequestID, timelineJSON(r.Timeline)); err != nil {
 				return fmt.Errorf("details of %q: %w", r.RequestID, err)
 			}
 		}
 	}
-	if err := acc.flush(ctx, tx, s.upserts); err != nil {
+	now := time.Now()
+	if !s.pend.due(now, len(batch.keys)) {
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		s.pend.add(batch, last, now)
+		return nil
+	}
+	mark, err := s.writeRollups(ctx, tx, batch, last)
+	if err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.pend.reset(mark, s.loc)
+	return nil
 }
 
 // Requests returns the ledger rows matching f, newest first. It reads the

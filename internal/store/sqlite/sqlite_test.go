@@ -130,7 +130,8 @@ func TestMigration6Backfills(t *testing.T) {
 		"ALTER TABLE requests DROP COLUMN cache_write_tokens; ALTER TABLE requests DROP COLUMN cache_write_1h_tokens;"+
 		"ALTER TABLE requests DROP COLUMN tool_calls;"+
 		"DROP INDEX requests_end_user; ALTER TABLE requests DROP COLUMN end_user; ALTER TABLE requests DROP COLUMN native_finish_reason;"+
-		"ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens"); err != nil {
+		"ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens;"+
+		"DROP TABLE rollup_state"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tbl := range v2Tables {
@@ -179,8 +180,8 @@ func TestMigration17Backfills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// …and what migration 18 added.
-	if _, err := s.w.ExecContext(ctx, "ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens"); err != nil {
+	// …and what migrations 18 and 19 added.
+	if _, err := s.w.ExecContext(ctx, "ALTER TABLE requests DROP COLUMN system_sha256; ALTER TABLE requests DROP COLUMN system_tokens; DROP TABLE rollup_state"); err != nil {
 		t.Fatal(err)
 	}
 	s = rewind(t, s, path, 17)

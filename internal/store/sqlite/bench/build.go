@@ -289,7 +289,7 @@ func concat(ctx context.Context, dst string, shards []string) error {
 	}
 	var tables []table
 	rows, err := db.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'table'
-		AND name NOT LIKE 'sqlite_%' AND name != 'schema_migrations' ORDER BY name`)
+		AND name NOT LIKE 'sqlite_%' AND name NOT IN ('schema_migrations', 'rollup_state') ORDER BY name`)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,9 @@ func concat(ctx context.Context, dst string, shards []string) error {
 			return err
 		}
 	}
-	return nil
+	// Every shard's rows came with their rollups, which were added up.
+	_, err = db.ExecContext(ctx, "UPDATE rollup_state SET rolled_through = (SELECT COALESCE(MAX(rowid), 0) FROM requests)")
+	return err
 }
 
 // table is one table of the ledger file.
