@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,76 @@ func TestTraceparentContinued(t *testing.T) {
 	}
 	if r.ClientRequestID != "client-id-1" || resp.Header.Get("X-Request-Id") != "client-id-1" {
 		t.Errorf("client request id not kept: record %q, echoed %q", r.ClientRequestID, resp.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestGeneratedIDs: tollgate's request id and, without a client
+// traceparent, its trace id lead with the arrival time (Unix ms and s), so
+// the ledger's indexes grow at their right edge; the trace goes upstream
+// as a valid W3C traceparent.
+func TestGeneratedIDs(t *testing.T) {
+	up := newTranscriptUpstream(t, "")
+	up.ctype, up.rawBody = "application/json", nonStreamBody
+	tg := newTestGateway(t, testConfig(up.URL()))
+	resp := post(t, tg.URL+"/v1/chat/completions", chatReq, nil)
+	readAll(t, resp)
+	r := tg.next(t)
+	<-up.bodies
+	h := <-up.headers
+
+	id := r.RequestID
+	if len(id) != 32 || !strings.HasPrefix(id, "req_") || !isLowerHex(id[4:]) {
+		t.Fatalf("request id %q: want req_ + 28 lower-case hex digits", id)
+	}
+	if ms, _ := strconv.ParseUint(id[4:16], 16, 64); int64(ms) != r.Arrival.UnixMilli() {
+		t.Errorf("request id %q leads with %d ms, want the arrival's %d", id, ms, r.Arrival.UnixMilli())
+	}
+	if resp.Header.Get(TollgateRequestIDHeader) != id || r.LogicalRequestID != id {
+		t.Errorf("header %q, logical id %q, want the record's %q", resp.Header.Get(TollgateRequestIDHeader), r.LogicalRequestID, id)
+	}
+
+	tid := r.TraceID
+	if len(tid) != 32 || !isLowerHex(tid) || strings.Trim(tid, "0") == "" {
+		t.Fatalf("trace id %q: want 32 lower-case hex digits, not all zeros", tid)
+	}
+	if s, _ := strconv.ParseUint(tid[:8], 16, 32); int64(s) != r.Arrival.Unix() {
+		t.Errorf("trace id %q leads with %d s, want the arrival's %d", tid, s, r.Arrival.Unix())
+	}
+	tp := h.Get("Traceparent")
+	if want := "00-" + tid + "-" + r.SpanID + "-01"; tp != want {
+		t.Errorf("upstream traceparent = %q, want %q", tp, want)
+	}
+	if _, ok := parseTraceparent(tp); !ok {
+		t.Errorf("upstream traceparent %q is not valid W3C", tp)
+	}
+	if r.ParentSpanID != "" {
+		t.Errorf("parent span %q for a trace started here", r.ParentSpanID)
+	}
+}
+
+// TestRequestIDsUniqueAndOrdered: within one millisecond only the random
+// part tells ids apart, and it must (replicas share no counter); across
+// milliseconds the ids sort by time.
+func TestRequestIDsUniqueAndOrdered(t *testing.T) {
+	at := time.Now()
+	seen := make(map[string]bool, 100000)
+	for range 100000 {
+		id := newRequestID(at)
+		if seen[id] {
+			t.Fatalf("id %q made twice", id)
+		}
+		seen[id] = true
+	}
+	prev := newRequestID(at)
+	for i := range 1000 {
+		next := newRequestID(at.Add(time.Duration(i+1) * time.Millisecond))
+		if next <= prev {
+			t.Fatalf("id %q, made %d ms later, sorts before %q", next, i+1, prev)
+		}
+		prev = next
+	}
+	if a, b := newTrace(at).TraceID, newTrace(at.Add(time.Second)).TraceID; a >= b {
+		t.Errorf("trace id %q, started a second later, sorts before %q", b, a)
 	}
 }
 

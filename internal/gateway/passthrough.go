@@ -160,14 +160,14 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, endpoint string)
 	// tollgate's own id is the ledger's key; the client's X-Request-Id is
 	// kept beside it and echoed, never trusted as a key (two clients may
 	// send the same one, and a reused id must not drop a request's row).
-	id := newRequestID()
+	id := newRequestID(arrival)
 	rec.RequestID, rec.LogicalRequestID = id, id
 	if cid := r.Header.Get(h.RequestID); validClientID(cid) {
 		rec.ClientRequestID = cid
 	}
 	tc, ok := parseTraceparent(r.Header.Get("Traceparent"))
 	if !ok {
-		tc = newTrace()
+		tc = newTrace(arrival)
 	}
 	rec.TraceID, rec.SpanID, rec.ParentSpanID = tc.TraceID, tc.SpanID, tc.Parent
 	w.Header().Set("X-Request-Id", cmp.Or(rec.ClientRequestID, id))

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -285,8 +286,12 @@ func isLowerHex(s string) bool {
 	return true
 }
 
-func newTrace() traceContext {
-	return traceContext{TraceID: randHex(16), SpanID: newSpanID(), Flags: "01"}
+// newTrace starts a trace at t. Its id leads with t's Unix seconds (see
+// record.NewTraceID: the ledger's trace_id index then grows at its right
+// edge) and keeps 96 random bits; flags stay "sampled" only, since the
+// id is not random throughout.
+func newTrace(t time.Time) traceContext {
+	return traceContext{TraceID: record.NewTraceID(t, rand.Uint32(), rand.Uint64()), SpanID: newSpanID(), Flags: "01"}
 }
 
 func newSpanID() string { return randHex(8) }
@@ -304,9 +309,10 @@ func randHex(n int) string {
 	return hex.EncodeToString(b[:n])
 }
 
-// newRequestID is time-free and 96 bits random: unique without coordination
-// across replicas.
-func newRequestID() string { return "req_" + randHex(12) }
+// newRequestID is tollgate's id for a request arriving at t: time-ordered,
+// so the ledger's key index grows at its right edge, and 64 random bits
+// per millisecond, so replicas need no coordination (record.NewRequestID).
+func newRequestID(t time.Time) string { return record.NewRequestID(t, rand.Uint64()) }
 
 // validClientID accepts a client's X-Request-Id when it is short and plain,
 // so it can be echoed, stored and used in URLs safely.

@@ -152,8 +152,8 @@ func FuzzRecordBinary(f *testing.F) {
 // it replaced, on a streamed request with a sampled timeline (the costly
 // kind: 10 % of requests and every failure or slow one by default).
 func BenchmarkRecordCodec(b *testing.B) {
-	r := &Record{RequestID: "req_0123456789abcdef01234567", LogicalRequestID: "req_0123456789abcdef01234567", Attempt: 1,
-		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", UserID: "user-0042", KeyID: "k_3f9a2c",
+	r := &Record{RequestID: "req_01a228e49a7b0123456789abcdef", LogicalRequestID: "req_01a228e49a7b0123456789abcdef", Attempt: 1,
+		TraceID: "6b0c844077b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", UserID: "user-0042", KeyID: "k_3f9a2c",
 		Team: "search", BizLine: "assistant", TemplateID: "tpl-7", Tags: map[string]string{"app": "web"},
 		Endpoint: "chat", Model: "qwen2.5-7b-instruct", ServedModel: "qwen2.5-7b-instruct", Upstream: "vllm-a", Engine: "vllm",
 		Stream: true, MaxTokens: ptr(int64(512)), Temperature: ptr(0.7), PromptSHA256: strings.Repeat("ab", 32),

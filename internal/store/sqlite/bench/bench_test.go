@@ -29,7 +29,7 @@ const (
 
 // genVersion names the generator's output: bump it whenever Gen changes
 // what it generates, so that a cached ledger is not reused for new rows.
-const genVersion = 1
+const genVersion = 2 // 2: time-ordered request and trace ids
 
 // buildOptions is the fast route to a big ledger; docs/benchmarks.md says
 // why each part is there and TestBuildVerify shows it builds the same file

@@ -348,10 +348,13 @@ func (g *Gen) request(out []record.Record, at time.Time, hour int, retry bool) i
 	// A conversation lasts within an hour; a user has a few at a time.
 	// Deriving it from the hour keeps minutes independent of each other.
 	turn := 1 + g.rng.IntN(8)
-	id := "req_" + g.hex(24)
+	// The ids the gateway makes, from the arrival: time-ordered keys that
+	// grow the ledger's indexes at their right edge, as in production.
+	id := record.NewRequestID(at, g.rng.Uint64())
+	trace := record.NewTraceID(at, g.rng.Uint32(), g.rng.Uint64())
 	r := &out[0]
 	*r = record.Record{
-		RequestID: id, LogicalRequestID: id, Attempt: 1, TraceID: g.hex(32), SpanID: g.hex(16),
+		RequestID: id, LogicalRequestID: id, Attempt: 1, TraceID: trace, SpanID: g.hex(16),
 		UserID: u.id, KeyID: u.keys[ki], Team: u.team, BizLine: u.biz, SessionID: session(u.id, hour, g.rng.IntN(3)),
 		TemplateID: t.id, Tags: u.apps[ki], Endpoint: "chat", Model: m.name,
 		Stream: g.rng.Float64() < t.stream, Arrival: at,

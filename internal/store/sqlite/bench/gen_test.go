@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +83,7 @@ func TestGenShape(t *testing.T) {
 		bizOf                                                 = map[string]string{}
 		byHour                                                [24]int
 		prompts                                               = map[string]int{}
+		ids                                                   = map[string]bool{}
 		byUser                                                = map[string]int{}
 	)
 	for i := range recs {
@@ -91,6 +94,14 @@ func TestGenShape(t *testing.T) {
 		if r.Arrival.Before(cfg.Start) || !r.Arrival.Before(cfg.Start.AddDate(0, 0, cfg.Days)) {
 			t.Fatalf("row %d arrives at %v, outside the period", i, r.Arrival)
 		}
+		checkIDs(t, i, r)
+		if i > 0 && r.RequestID[:16] < recs[i-1].RequestID[:16] {
+			t.Fatalf("row %d's id %q sorts before row %d's %q", i, r.RequestID, i-1, recs[i-1].RequestID)
+		}
+		if ids[r.RequestID] {
+			t.Fatalf("row %d: id %q twice", i, r.RequestID)
+		}
+		ids[r.RequestID] = true
 		if b, ok := bizOf[r.UserID]; ok && b != r.BizLine {
 			t.Fatalf("user %s in business lines %s and %s", r.UserID, b, r.BizLine)
 		}
@@ -150,6 +161,25 @@ func TestGenShape(t *testing.T) {
 		if c.got < c.min || c.got > c.max {
 			t.Errorf("%s = %.3f, want within [%.3f, %.3f]", c.name, c.got, c.min, c.max)
 		}
+	}
+}
+
+// checkIDs: the generator writes the gateway's id layouts, from the
+// arrival, so the benchmarks insert what production does.
+func checkIDs(t *testing.T, i int, r *record.Record) {
+	t.Helper()
+	id, want := r.LogicalRequestID, r.LogicalRequestID
+	if r.Attempt > 1 {
+		want += ".a" + strconv.Itoa(r.Attempt)
+	}
+	ms, err := strconv.ParseUint(id[min(4, len(id)):min(16, len(id))], 16, 64)
+	if len(id) != record.RequestIDLen || !strings.HasPrefix(id, "req_") || err != nil || int64(ms) != r.Arrival.UnixMilli() || r.RequestID != want {
+		t.Fatalf("row %d (attempt %d, at %d ms): ids %q / %q, want req_ + 12 hex digits of the ms + 16 and %q",
+			i, r.Attempt, r.Arrival.UnixMilli(), r.RequestID, id, want)
+	}
+	sec, err := strconv.ParseUint(r.TraceID[:min(8, len(r.TraceID))], 16, 32)
+	if len(r.TraceID) != 32 || err != nil || int64(sec) != r.Arrival.Unix() {
+		t.Fatalf("row %d (at %d s): trace id %q, want 8 hex digits of the second + 24", i, r.Arrival.Unix(), r.TraceID)
 	}
 }
 
