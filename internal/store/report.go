@@ -177,6 +177,23 @@ var Measures = []Measure{
 	{Name: "input_unknown", Field: func(t *Totals) *int64 { return &t.InputUnknown }},
 }
 
+// PromptMeasures are the Measures a PromptRow holds: what the waste
+// report prices a duplicate prompt with.
+var PromptMeasures = measuresNamed("requests", "input_tokens", "output_tokens", "cost_nanos")
+
+// measuresNamed are the Measures called names, in that order.
+func measuresNamed(names ...string) []Measure {
+	out := make([]Measure, len(names))
+	for i, n := range names {
+		j := slices.IndexFunc(Measures, func(m Measure) bool { return m.Name == n })
+		if j < 0 {
+			panic("store: no measure " + n)
+		}
+		out[i] = Measures[j]
+	}
+	return out
+}
+
 // MeasureNames are the names of Measures, for validation and help texts.
 func MeasureNames() []string {
 	out := make([]string, len(Measures))
@@ -288,7 +305,10 @@ type ReportRow struct {
 }
 
 // PromptRow is one prompt (by hash) seen more than once: the duplicate
-// requests an exact-match cache could have answered.
+// requests an exact-match cache could have answered. Of its Totals only
+// PromptMeasures are set, the rest are zero: most prompts are new, so a
+// prompt's row is written about once per request, and every measure it
+// keeps costs every insert.
 type PromptRow struct {
 	PromptSHA256 string
 	Model        string

@@ -520,9 +520,10 @@ func (s *Store) pruneMarks(ctx context.Context) error {
 
 // Prompts returns the prompts (by hash, model and template) sent at least
 // minCount times on the rollup zone's days from from's to to's
-// (exclusive), most requests first. Of closed days that retention has
-// passed over, prompts seen once that day are left out, as the SQLite
-// store deletes them.
+// (exclusive), most requests first, with store.PromptMeasures only (as
+// the SQLite store, whose prompt_day keeps no others). Of closed days
+// that retention has passed over, prompts seen once that day are left
+// out, as the SQLite store deletes them.
 func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]store.PromptRow, error) {
 	if err := s.Connected(); err != nil {
 		return nil, err
@@ -553,8 +554,9 @@ func (s *Store) prompts(ctx context.Context, from, to time.Time, minCount int64,
 		toDay = to.In(s.zone).Format(time.DateOnly)
 	}
 	cond := "local_day >= " + quoteString(fromDay) + " AND local_day < " + quoteString(toDay)
+	// m0 is requests, PromptMeasures' first.
 	var inner, outer []string
-	for i, m := range store.Measures {
+	for i, m := range store.PromptMeasures {
 		inner = append(inner, fmt.Sprintf("sum(%s) AS m%d", m.Name, i))
 		outer = append(outer, fmt.Sprintf("toInt64(sum(m%d))", i))
 	}
@@ -571,7 +573,7 @@ func (s *Store) prompts(ctx context.Context, from, to time.Time, minCount int64,
 		for d.more() {
 			p := store.PromptRow{PromptSHA256: d.str(), Model: d.str(), TemplateID: d.str()}
 			_ = d.str() // currency: a prompt's rows are per currency, as in SQLite
-			for _, m := range store.Measures {
+			for _, m := range store.PromptMeasures {
 				*m.Field(&p.Totals) = d.i64()
 			}
 			if d.err == nil {

@@ -349,7 +349,8 @@ func keyString(d store.Dim, v any, loc *time.Location) string {
 }
 
 // Prompts lists prompts seen at least minCount times over whole local days
-// from..to, most requests first.
+// from..to, most requests first, with the measures prompt_day keeps
+// (store.PromptMeasures).
 func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64, limit int) ([]store.PromptRow, error) {
 	if limit <= 0 {
 		limit = 100
@@ -358,7 +359,7 @@ func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64,
 		return nil, fmt.Errorf("prompts: %w", err)
 	}
 	sel := []string{"prompt_sha256", "model", "template_id", "currency"}
-	for _, m := range measures {
+	for _, m := range promptDay.sums() {
 		sel = append(sel, "SUM("+m.Name+")")
 	}
 	q := "SELECT " + strings.Join(sel, ", ") + " FROM prompt_day WHERE bucket >= ? AND bucket < ?" +
@@ -380,7 +381,7 @@ func (s *Store) Prompts(ctx context.Context, from, to time.Time, minCount int64,
 		var p store.PromptRow
 		var currency string
 		dsts := []any{&p.PromptSHA256, &p.Model, &p.TemplateID, &currency}
-		for _, m := range measures {
+		for _, m := range promptDay.sums() {
 			dsts = append(dsts, m.Field(&p.Totals))
 		}
 		if err := rows.Scan(dsts...); err != nil {

@@ -51,6 +51,17 @@ type rollupTable struct {
 	// counted: such a table sums a subset of the ledger, so Report reads
 	// it only for a query on that dimension.
 	only string
+	// measures, when set, are the only measures the table keeps (nil:
+	// all of them). A table read by Report keeps all.
+	measures []store.Measure
+}
+
+// sums are the measures t keeps, in its column order.
+func (t rollupTable) sums() []store.Measure {
+	if t.measures != nil {
+		return t.measures
+	}
+	return measures
 }
 
 // billingDims are what cost reports group by; the currency is always a
@@ -61,7 +72,11 @@ var (
 	rollupHour   = rollupTable{name: "rollup_hour", grain: grainHour, dims: billingDims, report: true}
 	rollupDay    = rollupTable{name: "rollup_day", grain: grainDay, dims: billingDims, report: true}
 	rollupMinute = rollupTable{name: "rollup_minute", grain: grainMinute, dims: []string{"model", "upstream", "biz_line", "currency"}}
-	promptDay    = rollupTable{name: "prompt_day", grain: grainDay, dims: []string{"prompt_sha256", "model", "template_id", "currency"}, only: "prompt_sha256"}
+	// Migration 20 narrowed prompt_day to what Prompts returns: most
+	// prompts are new, so it writes about a row per request, and its 34
+	// measures made each of those rows wide.
+	promptDay = rollupTable{name: "prompt_day", grain: grainDay, dims: []string{"prompt_sha256", "model", "template_id", "currency"},
+		only: "prompt_sha256", measures: store.PromptMeasures}
 
 	// Migration 6: narrower rollups, so that a month-wide report reads
 	// thousands of rows rather than every user × key × model × template
@@ -120,6 +135,9 @@ func bucket(g grain, t time.Time, loc *time.Location) any {
 
 func mod(a, b int64) int64 { return ((a % b) + b) % b }
 
+// ddl is t as the migrations before 20 created it, with the first ms
+// measures: frozen, so it is the shape of their time, wide for every table
+// (migration 20 narrows prompt_day).
 func (t rollupTable) ddl(ms int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "CREATE TABLE %s (\n\tbucket %s NOT NULL,\n", t.name, t.bucketType())
@@ -136,7 +154,7 @@ func (t rollupTable) ddl(ms int) string {
 func (t rollupTable) upsertSQL() string {
 	cols := append([]string{"bucket"}, t.dims...)
 	var sets []string
-	for _, m := range measures {
+	for _, m := range t.sums() {
 		cols = append(cols, m.Name)
 		sets = append(sets, fmt.Sprintf("%s = %s + excluded.%s", m.Name, m.Name, m.Name))
 	}
@@ -400,7 +418,7 @@ func (a *rollupAcc) upsert(exec func(table int, args []any) error) error {
 			args = append(args, k.dims[j])
 		}
 		sum := a.sums[k]
-		for _, m := range measures {
+		for _, m := range tbl.sums() {
 			args = append(args, *m.Field(sum))
 		}
 		if err := exec(k.table, args); err != nil {

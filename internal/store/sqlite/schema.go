@@ -202,6 +202,27 @@ var migrations = []string{
 		rolled_through INTEGER NOT NULL
 	) STRICT;
 	INSERT INTO rollup_state (id, rolled_through) SELECT 1, COALESCE(MAX(rowid), 0) FROM requests;`,
+	// 20: prompt_day keeps only what Prompts returns (store.PromptMeasures),
+	// not every measure: it writes about a row per request, most prompts
+	// being new, and its other 30 sums were never read. Rebuilt rather
+	// than 30 DROP COLUMNs, each of which would rewrite the table.
+	`CREATE TABLE prompt_day_narrow (
+		bucket        TEXT NOT NULL,
+		prompt_sha256 TEXT NOT NULL,
+		model         TEXT NOT NULL,
+		template_id   TEXT NOT NULL,
+		currency      TEXT NOT NULL,
+		requests      INTEGER NOT NULL DEFAULT 0,
+		input_tokens  INTEGER NOT NULL DEFAULT 0,
+		output_tokens INTEGER NOT NULL DEFAULT 0,
+		cost_nanos    INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (bucket, prompt_sha256, model, template_id, currency)
+	) STRICT, WITHOUT ROWID;
+	INSERT INTO prompt_day_narrow
+		SELECT bucket, prompt_sha256, model, template_id, currency, requests, input_tokens, output_tokens, cost_nanos
+		FROM prompt_day;
+	DROP TABLE prompt_day;
+	ALTER TABLE prompt_day_narrow RENAME TO prompt_day;`,
 }
 
 // backfills fill, after the migrations in the same transaction, what a

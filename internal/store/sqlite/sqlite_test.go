@@ -135,10 +135,15 @@ func TestMigration6Backfills(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tbl := range v2Tables {
+		if tbl.name == promptDay.name {
+			continue
+		}
 		if _, err := s.w.ExecContext(ctx, "ALTER TABLE "+tbl.name+" DROP COLUMN input_unknown"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// …and prompt_day as wide as it was (migration 20 narrowed it).
+	widenPromptDay(t, s, v4Measures, recs)
 	s = rewind(t, s, path, 6)
 	defer s.Close()
 	var n int

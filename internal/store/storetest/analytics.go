@@ -446,6 +446,39 @@ func testPrompts(t *testing.T, s AnalyticsStore) {
 			t.Errorf("not most requests first: %d then %d", rows[i-1].Requests, rows[i].Requests)
 		}
 	}
+	// Each row sums its prompt's requests in one currency, and holds the
+	// measures the waste report prices a duplicate with, no others.
+	groups := map[string]*store.PromptRow{}
+	for _, r := range recs {
+		k := r.PromptSHA256 + "|" + r.Model + "|" + r.TemplateID + "|" + r.Cost.Currency
+		p := groups[k]
+		if p == nil {
+			p = &store.PromptRow{PromptSHA256: r.PromptSHA256, Model: r.Model, TemplateID: r.TemplateID}
+			groups[k] = p
+		}
+		p.Requests++
+		p.Input += r.Usage.InputTokens
+		p.Output += r.Usage.OutputTokens
+		p.CostNanos += r.Cost.Nanos
+	}
+	var want []store.PromptRow
+	for _, p := range groups {
+		if p.Requests >= 2 {
+			want = append(want, *p)
+		}
+	}
+	byKey := func(a, b store.PromptRow) int {
+		return strings.Compare(fmt.Sprint(a.PromptSHA256, a.Model, a.TemplateID, a.CostNanos), fmt.Sprint(b.PromptSHA256, b.Model, b.TemplateID, b.CostNanos))
+	}
+	got, err := s.Prompts(context.Background(), time.Time{}, time.Time{}, 2, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(want, byKey)
+	slices.SortFunc(got, byKey)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("prompts (-want +got):\n%s", diff)
+	}
 }
 
 func testEvents(t *testing.T, s AnalyticsStore) {

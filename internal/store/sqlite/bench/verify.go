@@ -9,11 +9,15 @@ import (
 	"time"
 )
 
+// ledgerMeasure is a rollup column and the SQL that sums it from the
+// ledger.
+type ledgerMeasure struct{ name, expr string }
+
 // ledgerMeasures sums, over ledger rows, what store.TotalsOf adds to a
 // rollup, in the rollup tables' column order. It is written again here in
 // SQL, rather than reused, so that a mistake in the store's Go shows up as
 // a difference instead of being repeated.
-var ledgerMeasures = []struct{ name, expr string }{
+var ledgerMeasures = []ledgerMeasure{
 	{"requests", "COUNT(*)"},
 	{"errors", "SUM(error_type != '')"},
 	{"disconnects", "SUM(client_disconnect)"},
@@ -61,6 +65,25 @@ type rollupSpec struct {
 	bucket string // SQL over arrival (ns); ?1 is the report zone's offset in seconds
 	dims   []string
 	where  string // ledger rows the rollup counts
+	// measures are the names of the ledgerMeasures the rollup keeps; nil:
+	// all of them.
+	measures []string
+}
+
+// sums are the ledgerMeasures s keeps, in its column order.
+func (s rollupSpec) sums() []ledgerMeasure {
+	if s.measures == nil {
+		return ledgerMeasures
+	}
+	var out []ledgerMeasure
+	for _, n := range s.measures {
+		i := slices.IndexFunc(ledgerMeasures, func(m ledgerMeasure) bool { return m.name == n })
+		if i < 0 {
+			panic("verify: no ledger measure " + n)
+		}
+		out = append(out, ledgerMeasures[i])
+	}
+	return out
 }
 
 var billing = []string{"model", "served_model", "upstream", "biz_line", "user_id", "key_id", "template_id", "currency"}
@@ -78,15 +101,17 @@ var (
 )
 
 var rollupSpecs = []rollupSpec{
-	{"rollup_hour", hourBucket, billing, "1"},
-	{"rollup_day", localDay, billing, "1"},
-	{"rollup_minute", "arrival / 60000000000 * 60", []string{"model", "upstream", "biz_line", "currency"}, "1"},
-	{"prompt_day", localDay, []string{"prompt_sha256", "model", "template_id", "currency"}, "prompt_sha256 != ''"},
-	{"rollup_day_user", localDay, perUser, "1"},
-	{"rollup_month", localMonth, perModel, "1"},
-	{"rollup_month_user", localMonth, perUser, "1"},
-	{"end_user_hour", hourBucket, perEndUser, "end_user != ''"},
-	{"end_user_day", localDay, perEndUser, "end_user != ''"},
+	{"rollup_hour", hourBucket, billing, "1", nil},
+	{"rollup_day", localDay, billing, "1", nil},
+	{"rollup_minute", "arrival / 60000000000 * 60", []string{"model", "upstream", "biz_line", "currency"}, "1", nil},
+	// Since migration 20, only what the waste report reads.
+	{"prompt_day", localDay, []string{"prompt_sha256", "model", "template_id", "currency"}, "prompt_sha256 != ''",
+		[]string{"requests", "input_tokens", "output_tokens", "cost_nanos"}},
+	{"rollup_day_user", localDay, perUser, "1", nil},
+	{"rollup_month", localMonth, perModel, "1", nil},
+	{"rollup_month_user", localMonth, perUser, "1", nil},
+	{"end_user_hour", hourBucket, perEndUser, "end_user != ''", nil},
+	{"end_user_day", localDay, perEndUser, "end_user != ''", nil},
 }
 
 // checkSpecs fails when the ledger has a rollup (a WITHOUT ROWID table)
@@ -138,24 +163,25 @@ func VerifyTotals(ctx context.Context, path string) ([]Check, error) {
 	if _, err := db.ExecContext(ctx, "PRAGMA cache_size = -524288"); err != nil {
 		return nil, err
 	}
-	var sums, names []string
-	for _, m := range ledgerMeasures {
-		sums = append(sums, m.expr)
-		names = append(names, "SUM("+m.name+")")
-	}
-	ledger := map[string]map[string]string{} // where → currency → sums
+	ledger := map[string]map[string]string{} // where and measures → currency → sums
 	var out []Check
 	for _, s := range rollupSpecs {
 		if err := checkColumns(ctx, db, s); err != nil {
 			return out, err
 		}
-		want, ok := ledger[s.where]
+		var sums, names []string
+		for _, m := range s.sums() {
+			sums = append(sums, m.expr)
+			names = append(names, "SUM("+m.name+")")
+		}
+		key := s.where + "\x00" + strings.Join(names, ",")
+		want, ok := ledger[key]
 		if !ok {
 			if want, err = sumsBy(ctx, db, fmt.Sprintf("SELECT currency, %s FROM requests WHERE %s GROUP BY currency",
 				strings.Join(sums, ", "), s.where)); err != nil {
 				return out, err
 			}
-			ledger[s.where] = want
+			ledger[key] = want
 		}
 		got, err := sumsBy(ctx, db, fmt.Sprintf("SELECT currency, %s FROM %s GROUP BY currency", strings.Join(names, ", "), s.table))
 		if err != nil {
@@ -219,15 +245,15 @@ func verify(ctx context.Context, path string, from, to time.Time) ([]Check, erro
 		return nil, err
 	}
 	_, off := from.In(Loc).Zone() // Loc has no DST: one offset
-	var sums, names []string
-	for _, m := range ledgerMeasures {
-		sums = append(sums, m.expr)
-		names = append(names, m.name)
-	}
 	var out []Check
 	for _, s := range rollupSpecs {
 		if err := checkColumns(ctx, db, s); err != nil {
 			return out, err
+		}
+		var sums, names []string
+		for _, m := range s.sums() {
+			sums = append(sums, m.expr)
+			names = append(names, m.name)
 		}
 		from, to := from, to
 		if s.bucket == localMonth {
@@ -305,7 +331,7 @@ func checkColumns(ctx context.Context, db *sql.DB, s rollupSpec) error {
 		got = append(got, n)
 	}
 	want := append([]string{"bucket"}, s.dims...)
-	for _, m := range ledgerMeasures {
+	for _, m := range s.sums() {
 		want = append(want, m.name)
 	}
 	if !slices.Equal(got, want) {
