@@ -54,7 +54,7 @@ func (s *Store) rerateChunk(ctx context.Context, recs []*record.Record, rate fun
 	// Every row of the chunk then has its totals in the tables, where the
 	// changes below move them. Rerating is rare: writing the pending sums
 	// per chunk costs nothing that matters.
-	mark, err := s.writeRollups(ctx, tx, nil, 0)
+	mark, err := s.writeRollups(ctx, tx, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -81,7 +81,7 @@ func (s *Store) rerateChunk(ctx context.Context, recs []*record.Record, rate fun
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
-	s.pend.reset(mark, s.loc)
+	s.pend.reset(mark)
 	return n, nil
 }
 
@@ -141,6 +141,6 @@ func (s *Store) SetEngineTiming(ctx context.Context, requestID string, et record
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("amend %q: %w", requestID, err)
 	}
-	s.pend.add(delta, 0, time.Now())
+	s.pend.add(delta, time.Now())
 	return nil
 }

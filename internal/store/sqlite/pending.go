@@ -54,15 +54,14 @@ type pending struct {
 	since time.Time // when acc got its first row
 }
 
-// due reports whether the sums, with extra more rollup rows, should be
-// written now.
-func (p *pending) due(now time.Time, extra int) bool {
+// due reports whether the sums should be written now.
+func (p *pending) due(now time.Time) bool {
 	n := len(p.acc.keys)
-	return p.mark < 0 || n+extra >= maxPendingKeys || (n > 0 && now.Sub(p.since) >= rollupDelay)
+	return p.mark < 0 || n >= maxPendingKeys || (n > 0 && now.Sub(p.since) >= rollupDelay)
 }
 
-// add merges a committed batch's sums, whose largest rowid is last.
-func (p *pending) add(b *rollupAcc, last int64, now time.Time) {
+// add merges sums of rows already committed (an amendment's).
+func (p *pending) add(b *rollupAcc, now time.Time) {
 	if len(b.keys) == 0 {
 		return
 	}
@@ -70,12 +69,13 @@ func (p *pending) add(b *rollupAcc, last int64, now time.Time) {
 		p.since = now
 	}
 	p.acc.merge(b)
-	p.last = max(p.last, last)
 }
 
-// reset starts again from a mark just written or read.
-func (p *pending) reset(mark int64, loc *time.Location) {
-	p.acc = newRollupAcc(loc)
+// reset starts again, empty, from a mark just written or read. The map
+// and slice keep their room: the next interval fills them again.
+func (p *pending) reset(mark int64) {
+	clear(p.acc.sums)
+	p.acc.keys = p.acc.keys[:0]
 	p.mark, p.last = mark, mark
 }
 
@@ -103,11 +103,11 @@ func rollupMark(ctx context.Context, q interface {
 	return mark, top, nil
 }
 
-// writeRollups writes the pending sums, and batch's (rows of tx not yet
-// committed, the largest batchLast), inside tx, and moves the mark past
-// them. It returns the new mark; the caller resets pending with it once
-// tx commits. s.pend.mu is held.
-func (s *Store) writeRollups(ctx context.Context, tx *sql.Tx, batch *rollupAcc, batchLast int64) (int64, error) {
+// writeRollups writes the pending sums inside tx, and moves the mark past
+// them; batchLast is the largest rowid tx itself added (their sums are
+// pending too). It returns the new mark; the caller resets pending with
+// it once tx commits. s.pend.mu is held.
+func (s *Store) writeRollups(ctx context.Context, tx *sql.Tx, batchLast int64) (int64, error) {
 	mark, top, err := rollupMark(ctx, tx)
 	if err != nil {
 		return 0, err
@@ -118,11 +118,6 @@ func (s *Store) writeRollups(ctx context.Context, tx *sql.Tx, batch *rollupAcc, 
 	if mark == p.mark && top == expect {
 		if err := p.acc.flush(ctx, tx, s.upserts); err != nil {
 			return 0, err
-		}
-		if batch != nil {
-			if err := batch.flush(ctx, tx, s.upserts); err != nil {
-				return 0, err
-			}
 		}
 	} else {
 		// Someone else moved the mark or wrote rows (or this process
@@ -209,13 +204,13 @@ func (s *Store) syncRollupsLocked(ctx context.Context) error {
 		return fmt.Errorf("write rollups: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	mark, err := s.writeRollups(context.WithoutCancel(ctx), tx, nil, 0)
+	mark, err := s.writeRollups(context.WithoutCancel(ctx), tx, 0)
 	if err != nil {
 		return fmt.Errorf("write rollups: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("write rollups: %w", err)
 	}
-	p.reset(mark, s.loc)
+	p.reset(mark)
 	return nil
 }

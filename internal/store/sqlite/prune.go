@@ -118,7 +118,7 @@ func (s *Store) pruneLedger(ctx context.Context, stmt string, cut any) (int64, e
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	mark, err := s.writeRollups(ctx, tx, nil, 0)
+	mark, err := s.writeRollups(ctx, tx, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -140,6 +140,6 @@ func (s *Store) pruneLedger(ctx context.Context, stmt string, cut any) (int64, e
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
-	s.pend.reset(mark, s.loc)
+	s.pend.reset(mark)
 	return n, nil
 }

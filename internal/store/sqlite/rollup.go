@@ -308,11 +308,21 @@ func backfillRollups(tables []rollupTable) func(ctx context.Context, tx *sql.Tx,
 	}
 }
 
-// rollupKey identifies one rollup row.
+// rollupKey identifies one rollup row. The bucket is num (minutes and
+// hours, Unix seconds) or str (days and months): an int64 in an interface
+// would cost an allocation per Record per table.
 type rollupKey struct {
-	table  int
-	bucket any
-	dims   [8]string
+	table int
+	num   int64
+	str   string
+	dims  [8]string
+}
+
+func (k *rollupKey) bucket() any {
+	if g := rollupTables[k.table].grain; g == grainMinute || g == grainHour {
+		return k.num
+	}
+	return k.str
 }
 
 // rollupAcc sums the Totals of a batch per rollup row, so a batch of 512
@@ -324,6 +334,35 @@ type rollupAcc struct {
 	// tables, when set, limits the sums to the rollupTables whose index
 	// it marks (a migration filling its new tables).
 	tables map[int]bool
+	// day and month are the last local day and month a Record fell in,
+	// [from, to) in Unix seconds with its name: consecutive Records
+	// share them, and formatting a date per Record per table was a
+	// tenth of the insert.
+	day, month period
+}
+
+// period is a local day or month and its name.
+type period struct {
+	from, to int64
+	name     string
+}
+
+// of returns the name of the period of grain g (grainDay or grainMonth)
+// holding t, from the cache when t falls in the last one.
+func (p *period) of(g grain, t time.Time, loc *time.Location) string {
+	if u := t.Unix(); u >= p.from && u < p.to && p.name != "" {
+		return p.name
+	}
+	lt := t.In(loc)
+	y, m, d := lt.Date()
+	var from, to time.Time
+	if g == grainDay {
+		from, to = time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+	} else {
+		from, to = time.Date(y, m, 1, 0, 0, 0, 0, loc), time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+	}
+	*p = period{from: from.Unix(), to: to.Unix(), name: bucket(g, t, loc).(string)}
+	return p.name
 }
 
 func newRollupAcc(loc *time.Location) *rollupAcc {
@@ -361,6 +400,18 @@ var rollupDims = func() [][]func(*record.Record) string {
 	return out
 }()
 
+// onlyGet is, per rollupTables entry, the getter of its only dimension
+// (nil for a table that counts every request).
+var onlyGet = func() []func(*record.Record) string {
+	out := make([]func(*record.Record) string, len(rollupTables))
+	for i, t := range rollupTables {
+		if t.only != "" {
+			out[i] = dimValues[t.only]
+		}
+	}
+	return out
+}()
+
 // add adds sign × the Totals of r to every rollup it belongs to.
 func (a *rollupAcc) add(r *record.Record, sign int64) {
 	t := store.TotalsOf(r)
@@ -368,11 +419,23 @@ func (a *rollupAcc) add(r *record.Record, sign int64) {
 		negate(&t)
 	}
 	at := r.Arrival.UTC()
+	u := at.Unix()
+	minute, hour := u-mod(u, 60), u-mod(u, 3600)
 	for i, tbl := range rollupTables {
-		if (tbl.only != "" && dimValues[tbl.only](r) == "") || (a.tables != nil && !a.tables[i]) {
+		if (onlyGet[i] != nil && onlyGet[i](r) == "") || (a.tables != nil && !a.tables[i]) {
 			continue
 		}
-		k := rollupKey{table: i, bucket: bucket(tbl.grain, at, a.loc)}
+		k := rollupKey{table: i}
+		switch tbl.grain {
+		case grainMinute:
+			k.num = minute
+		case grainHour:
+			k.num = hour
+		case grainDay:
+			k.str = a.day.of(grainDay, at, a.loc)
+		default:
+			k.str = a.month.of(grainMonth, at, a.loc)
+		}
 		for j, get := range rollupDims[i] {
 			k.dims[j] = get(r)
 		}
@@ -413,11 +476,14 @@ func (a *rollupAcc) upsert(exec func(table int, args []any) error) error {
 	var args []any
 	for _, k := range a.keys {
 		tbl := rollupTables[k.table]
-		args = append(args[:0], k.bucket)
+		args = append(args[:0], k.bucket())
 		for j := range tbl.dims {
 			args = append(args, k.dims[j])
 		}
 		sum := a.sums[k]
+		if *sum == (store.Totals{}) {
+			continue // an undone batch's, or an amendment that moved nothing
+		}
 		for _, m := range tbl.sums() {
 			args = append(args, *m.Field(sum))
 		}

@@ -92,7 +92,8 @@ func Open(ctx context.Context, path string, log *slog.Logger, opts ...Option) (*
 	for _, o := range opts {
 		o(s)
 	}
-	s.pend.reset(-1, s.loc)
+	s.pend.acc = newRollupAcc(s.loc)
+	s.pend.reset(-1)
 	if err := s.open(ctx); err != nil {
 		s.Close() //nolint:errcheck // the open error is the one that matters
 		return nil, fmt.Errorf("open ledger %q: %w", path, err)
@@ -240,9 +241,22 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	req := tx.StmtContext(ctx, s.insReq)
 	det := tx.StmtContext(ctx, s.insDet)
 	args := make([]any, 0, len(ledger))
-	batch := newRollupAcc(s.loc)
+	// The batch's sums go straight into the pending ones; added lets a
+	// failed commit take them out again.
+	p := &s.pend
+	if len(p.acc.keys) == 0 {
+		p.since = time.Now()
+	}
+	var added []int
 	var last int64 // the largest rowid this batch added
-	for _, r := range recs {
+	undo := func() {
+		for _, i := range added {
+			f := *recs[i]
+			f.Finish()
+			p.acc.add(&f, -1)
+		}
+	}
+	for i, r := range recs {
 		if r == nil {
 			continue
 		}
@@ -254,10 +268,12 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		args = rowArgs(args[:0], &f)
 		res, err := req.ExecContext(ctx, args...)
 		if err != nil {
+			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
+			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
 		// Rollups and details only with a new ledger row: a replay must
@@ -267,31 +283,35 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 			continue
 		}
 		if last, err = res.LastInsertId(); err != nil {
+			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
-		batch.add(&f, +1)
+		p.acc.add(&f, +1)
+		added = append(added, i)
 		if r.Sampled {
 			if _, err := det.ExecContext(ctx, r.RequestID, timelineJSON(r.Timeline)); err != nil {
+				undo()
 				return fmt.Errorf("details of %q: %w", r.RequestID, err)
 			}
 		}
 	}
-	now := time.Now()
-	if !s.pend.due(now, len(batch.keys)) {
+	if !p.due(time.Now()) {
 		if err := tx.Commit(); err != nil {
+			undo()
 			return err
 		}
-		s.pend.add(batch, last, now)
+		p.last = max(p.last, last)
 		return nil
 	}
-	mark, err := s.writeRollups(ctx, tx, batch, last)
+	mark, err := s.writeRollups(ctx, tx, last)
+	if err == nil {
+		err = tx.Commit()
+	}
 	if err != nil {
+		undo()
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	s.pend.reset(mark, s.loc)
+	p.reset(mark)
 	return nil
 }
 
