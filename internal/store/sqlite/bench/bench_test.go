@@ -25,6 +25,10 @@ const (
 	envRun  = "TOLLGATE_BENCH_10M"  // "1" runs it
 	envDir  = "TOLLGATE_BENCH_DIR"  // where ledgers are cached; default the user cache dir
 	envRows = "TOLLGATE_BENCH_ROWS" // rows of the ledger; default 10,000,000
+	// envReuse names a ledger file built earlier (by an older tollgate,
+	// with its .json beside it) to query instead of the cached one: Open
+	// migrates it, so a schema change is measured on the same rows.
+	envReuse = "TOLLGATE_BENCH_LEDGER"
 )
 
 // genVersion names the generator's output: bump it whenever Gen changes
@@ -80,6 +84,18 @@ func ledger(tb testing.TB, cfg Config) (string, cached) {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
+	}
+	if p := os.Getenv(envReuse); p != "" {
+		var c cached
+		b, err := os.ReadFile(p + ".json")
+		if err != nil {
+			tb.Fatalf("%s=%s: %v", envReuse, p, err)
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			tb.Fatalf("%s.json: %v", p, err)
+		}
+		tb.Logf("reusing %s (%s)", p, envReuse)
+		return p, c
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%d %+v\n%s", genVersion, cfg, schema(tb))
