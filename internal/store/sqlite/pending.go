@@ -163,7 +163,8 @@ func sumLedger(ctx context.Context, tx *sql.Tx, acc *rollupAcc, where string, ar
 	defer rows.Close()
 	var last, rowid int64
 	var dsts []any
-	for rows.Next() {
+	for i := 0; rows.Next(); i++ {
+		yield(i)
 		r := new(record.Record)
 		dsts = scanDests(append(dsts[:0], &rowid), r)
 		if err := rows.Scan(dsts...); err != nil {

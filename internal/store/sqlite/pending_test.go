@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +251,37 @@ func TestPendingRollupsBound(t *testing.T) {
 		t.Fatal("nothing written after three large batches of distinct rows")
 	}
 	checkTotals(t, s, int64(len(all)))
+}
+
+// TestInsertYields: on one core, a large batch's insert lets other
+// goroutines (a gateway's streams) run every few rows rather than only when
+// the scheduler preempts it every 10 ms. Counted, not timed: a goroutine
+// that yields in a loop runs once for each time the insert yields.
+func TestInsertYields(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	defer s.Close()
+	recs := pendingRecords(1, 2048, hour0)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var turns atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				turns.Add(1)
+				runtime.Gosched()
+			}
+		}
+	}()
+	insert(t, s, recs)
+	n := turns.Load()
+	close(stop)
+	<-done
+	if want := int64(len(recs) / yieldEvery / 2); n < want {
+		t.Errorf("another goroutine ran %d times during the insert of %d rows; want at least %d (a turn every %d rows, halved)", n, len(recs), want, yieldEvery)
+	}
 }

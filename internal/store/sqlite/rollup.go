@@ -474,7 +474,8 @@ func (a *rollupAcc) flush(ctx context.Context, tx *sql.Tx, stmts []*sql.Stmt) er
 // (a slice exec must not keep: it is reused).
 func (a *rollupAcc) upsert(exec func(table int, args []any) error) error {
 	var args []any
-	for _, k := range a.keys {
+	for i, k := range a.keys {
+		yield(i)
 		tbl := rollupTables[k.table]
 		args = append(args[:0], k.bucket())
 		for j := range tbl.dims {
