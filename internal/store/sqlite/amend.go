@@ -46,42 +46,32 @@ func (s *Store) Rerate(ctx context.Context, from, to time.Time, rate func(*recor
 func (s *Store) rerateChunk(ctx context.Context, recs []*record.Record, rate func(*record.Record) record.Cost) (int, error) {
 	s.pend.mu.Lock()
 	defer s.pend.mu.Unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	// Every row of the chunk then has its totals in the tables, where the
-	// changes below move them. Rerating is rare: writing the pending sums
-	// per chunk costs nothing that matters.
-	mark, err := s.writeRollups(ctx, tx, 0)
-	if err != nil {
-		return 0, err
-	}
-	acc := newRollupAcc(s.loc)
+	// The pending sums are written first: every row of the chunk then has
+	// its totals in the tables, where the changes below move them.
+	// Rerating is rare; writing them per chunk costs nothing that matters.
 	n := 0
-	for _, r := range recs {
-		c := rate(r)
-		if c == r.Cost {
-			continue
+	err := s.rollupTx(ctx, func(tx *sql.Tx, mark int64) (int64, error) {
+		acc := newRollupAcc(s.loc)
+		for _, r := range recs {
+			c := rate(r)
+			if c == r.Cost {
+				continue
+			}
+			acc.add(r, -1)
+			nr := *r
+			nr.Cost = c
+			acc.add(&nr, +1)
+			if _, err := tx.ExecContext(ctx, "UPDATE requests SET cost_nanos = ?, currency = ?, price_version = ? WHERE request_id = ?",
+				c.Nanos, c.Currency, c.PriceVersion, r.RequestID); err != nil {
+				return 0, err
+			}
+			n++
 		}
-		acc.add(r, -1)
-		nr := *r
-		nr.Cost = c
-		acc.add(&nr, +1)
-		if _, err := tx.ExecContext(ctx, "UPDATE requests SET cost_nanos = ?, currency = ?, price_version = ? WHERE request_id = ?",
-			c.Nanos, c.Currency, c.PriceVersion, r.RequestID); err != nil {
-			return 0, err
-		}
-		n++
-	}
-	if err := acc.flush(ctx, tx, s.upserts); err != nil {
+		return mark, acc.flush(ctx, tx, s.upserts)
+	})
+	if err != nil {
 		return 0, err
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	s.pend.reset(mark)
 	return n, nil
 }
 

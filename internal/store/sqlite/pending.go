@@ -200,18 +200,33 @@ func (s *Store) syncRollupsLocked(ctx context.Context) error {
 			return nil
 		}
 	}
+	if err := s.rollupTx(context.WithoutCancel(ctx), nil); err != nil {
+		return fmt.Errorf("write rollups: %w", err)
+	}
+	return nil
+}
+
+// rollupTx runs f in a writer transaction that first writes the pending
+// sums (moving the mark), and resets pending with the mark f returns once
+// the transaction commits. s.pend.mu is held.
+func (s *Store) rollupTx(ctx context.Context, f func(tx *sql.Tx, mark int64) (int64, error)) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("write rollups: %w", err)
+		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	mark, err := s.writeRollups(context.WithoutCancel(ctx), tx, 0)
+	mark, err := s.writeRollups(ctx, tx, 0)
 	if err != nil {
-		return fmt.Errorf("write rollups: %w", err)
+		return err
+	}
+	if f != nil {
+		if mark, err = f(tx, mark); err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("write rollups: %w", err)
+		return err
 	}
-	p.reset(mark)
+	s.pend.reset(mark)
 	return nil
 }

@@ -113,33 +113,24 @@ func (s *Store) Prune(ctx context.Context, now time.Time, r store.Retention) (in
 func (s *Store) pruneLedger(ctx context.Context, stmt string, cut any) (int64, error) {
 	s.pend.mu.Lock()
 	defer s.pend.mu.Unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	mark, err := s.writeRollups(ctx, tx, 0)
-	if err != nil {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, stmt, cut)
-	if err != nil {
-		return 0, err
-	}
-	n, _ := res.RowsAffected()
-	_, top, err := rollupMark(ctx, tx)
-	if err != nil {
-		return 0, err
-	}
-	if top < mark {
-		if _, err := tx.ExecContext(ctx, `UPDATE rollup_state SET rolled_through = ?`, top); err != nil {
-			return 0, fmt.Errorf("write rollup mark: %w", err)
+	var n int64
+	err := s.rollupTx(ctx, func(tx *sql.Tx, mark int64) (int64, error) {
+		res, err := tx.ExecContext(ctx, stmt, cut)
+		if err != nil {
+			return 0, err
 		}
-		mark = top
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	s.pend.reset(mark)
-	return n, nil
+		n, _ = res.RowsAffected()
+		_, top, err := rollupMark(ctx, tx)
+		if err != nil {
+			return 0, err
+		}
+		if top < mark {
+			if _, err := tx.ExecContext(ctx, `UPDATE rollup_state SET rolled_through = ?`, top); err != nil {
+				return 0, fmt.Errorf("write rollup mark: %w", err)
+			}
+			mark = top
+		}
+		return mark, nil
+	})
+	return n, err
 }
