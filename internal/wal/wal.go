@@ -85,10 +85,17 @@ type WAL struct {
 	syncFile func(*os.File) error
 
 	kick     chan struct{}      // Append → committer: something is pending
-	shipKick chan struct{}      // committer → shipper: something is durable
+	shipKick chan struct{}      // committer → shipper: shipWant is durable
 	stopCtx  context.Context    // done once Close is called
 	stopAll  context.CancelFunc // ends stopCtx
 	wg       sync.WaitGroup     // Run and Ship, for Close to wait on
+
+	// shipWant is the entry whose durability the shipper waits for: the
+	// first of a new batch, or the one that fills the batch it holds.
+	// Kicking it on every commit instead woke it, and had it read the
+	// group back from disk, once per fsync while a batch waited for its
+	// flush interval: dozens of wake-ups per batch shipped.
+	shipWant atomic.Uint64
 
 	mu        sync.Mutex
 	next      uint64          // sequence number of the next Append
@@ -416,7 +423,9 @@ func (w *WAL) commitPending() error {
 	w.m.groupSize.Observe(float64(len(times)))
 	close(g.done)
 
-	w.kickShipper()
+	if last >= w.shipWant.Load() {
+		w.kickShipper()
+	}
 	// Per-entry latencies after the release: waiters don't pay for them.
 	now := time.Since(w.epoch)
 	for _, t := range times {
