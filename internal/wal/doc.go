@@ -83,6 +83,13 @@
 // that the bad entry was fsynced: then, and for any bad entry in an older
 // segment, Open refuses with an error naming the file and the offset.
 //
+// The active segment is filled with zeros ahead of its last entry (up to
+// 1 MiB, and its size bound), so that a commit overwrites blocks that are
+// already allocated and fdatasync flushes the data alone, without a
+// journal commit. A segment is cut to its last entry before the next one
+// is created, and at Close; after a crash Open truncates the zeros like
+// any torn tail (a header of zeros fails its CRC), and reports them.
+//
 // Ack file "ack": 8 bytes, the highest shipped sequence number, then the
 // 4-byte CRC-32C of those 8 bytes.
 //

@@ -157,11 +157,11 @@ func (w *WAL) recover() error {
 	w.rec.Unshipped = uint64(w.unEntries)
 	if len(segs) > 0 {
 		last := segs[len(segs)-1]
-		f, err := os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(last.path, os.O_WRONLY, 0)
 		if err != nil {
 			return fmt.Errorf("open segment for append: %w", err)
 		}
-		w.active, w.activeSize = f, last.size
+		w.active, w.activeSize, w.allocated = f, last.size, last.size
 	}
 	w.log.Info("wal opened", "dir", w.dir, "segments", len(segs), "entries", w.rec.Entries,
 		"unshipped", w.rec.Unshipped, "unshipped_bytes", w.unBytes, "acked", ack, "next", next)

@@ -85,6 +85,9 @@ func (w *WAL) Ship(ctx context.Context, batchMax int, flushEvery time.Duration, 
 			timer.Reset(flushEvery)
 		}
 		if deadline.IsZero() || time.Now().Before(deadline) {
+			if !s.wantNext(batchMax) {
+				continue // became durable meanwhile
+			}
 			select {
 			case <-w.shipKick:
 			case <-timer.C:
@@ -169,6 +172,22 @@ func (s *shipper) fill(max int) (last bool, err error) {
 		s.seq++
 	}
 	return finished && s.seq > durable, nil
+}
+
+// wantNext tells the committer which entry's durability to wake Ship
+// for: the one that fills the batch, or the first of the next batch. It
+// reports false when that entry is durable already (its commit may have
+// looked before the store): Ship must not wait for a kick then.
+func (s *shipper) wantNext(batchMax int) bool {
+	want := s.seq
+	if s.n > 0 {
+		want += uint64(batchMax-s.n) - 1 // the timer covers the rest
+	}
+	s.w.shipWant.Store(want)
+	s.w.mu.Lock()
+	durable := s.w.durable
+	s.w.mu.Unlock()
+	return durable < want
 }
 
 // open points the reader at seg, positioned at s.seq.

@@ -499,3 +499,49 @@ func TestFailureCountsEverythingAsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// While a partial batch waits for its flush interval, commits do not wake
+// the shipper (each wake-up read the group back from disk): only the one
+// that makes durable the entry it wants, the one that fills the batch.
+func TestShipWakesForAFullBatchOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+		calls := make(chan int, 10)
+		shipT(t, w, 10, time.Hour, func(_ context.Context, b Batch) error {
+			calls <- len(b.Payloads)
+			return nil
+		})
+		// No Run: the test commits, as the committer would.
+		commit := func() {
+			if _, err := w.Append([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.commitPending(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		commit() // the first entry of a batch wakes it: its flush timer starts
+		synctest.Wait()
+		if got := w.shipWant.Load(); got != 10 {
+			t.Fatalf("with entry 1 of a batch of 10 read, the shipper waits for entry %d, want 10", got)
+		}
+		// A shipper blocked on the channel takes a kick at once; keep it
+		// from reading it to count the kicks.
+		kicks := w.shipKick
+		w.shipKick = make(chan struct{}, 1)
+		for i := 2; i < 10; i++ {
+			commit()
+			if len(w.shipKick) != 0 {
+				t.Fatalf("entry %d of a batch of 10 woke the shipper", i)
+			}
+		}
+		commit()
+		if len(w.shipKick) != 1 {
+			t.Fatal("the entry that fills the batch did not wake the shipper")
+		}
+		kicks <- <-w.shipKick
+		if n := <-calls; n != 10 {
+			t.Errorf("shipped %d entries, want the full batch of 10", n)
+		}
+	})
+}

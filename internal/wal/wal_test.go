@@ -436,3 +436,55 @@ func walFiles(t testing.TB, dir string) []string {
 	}
 	return m
 }
+
+// A commit writes over zeros laid ahead of it, so that its fdatasync
+// changes neither the segment's size nor its blocks (no journal commit);
+// Close cuts the zeros, and after a crash Open does.
+func TestCommitsWriteOverPreallocatedZeros(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, Options{Dir: dir})
+	runT(t, w)
+	seg := segPath(dir, 1)
+	size := func(path string) int64 {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	appendWait(t, w, "first")
+	allocated := size(seg)
+	if want := int64(segHeaderSize + entryHeaderSize + len("first") + preallocBytes); allocated != want {
+		t.Fatalf("segment is %d bytes after its first commit, want %d: entry and zeros", allocated, want)
+	}
+	appendWait(t, w, "second")
+	if got := size(seg); got != allocated {
+		t.Errorf("the second commit grew the segment from %d to %d bytes", allocated, got)
+	}
+
+	// What a crash leaves: the segment with its zeros.
+	crashed := t.TempDir()
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(segPath(crashed, 1), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	entries := int64(segHeaderSize + 2*entryHeaderSize + len("first") + len("second"))
+	w2 := openT(t, Options{Dir: crashed})
+	if rec := w2.Recovery(); rec.Entries != 2 || rec.TruncatedOffset != entries || rec.TruncatedBytes != allocated-entries {
+		t.Errorf("recovery after a crash = %+v, want 2 entries and the zeros truncated", rec)
+	}
+	if diff := cmp.Diff([]string{"first", "second"}, shipAll(t, w2)); diff != "" {
+		t.Errorf("entries after the crash (-want +got):\n%s", diff)
+	}
+
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(seg); got != entries {
+		t.Errorf("segment is %d bytes after Close, want %d: its entries alone", got, entries)
+	}
+}
