@@ -103,6 +103,9 @@ func TestMigration20NarrowsPromptDay(t *testing.T) {
 		t.Fatal("no duplicate prompts to compare")
 	}
 
+	if _, err := s.w.ExecContext(ctx, "DROP TABLE end_user_month"); err != nil { // migration 21's
+		t.Fatal(err)
+	}
 	s = rewind(t, s, path, 20)
 	defer s.Close()
 	if got := columns(t, s, "prompt_day"); !slices.Equal(got, narrowPromptDay) {

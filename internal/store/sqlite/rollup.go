@@ -98,17 +98,22 @@ var (
 	endUserDims = []string{"end_user", "user_id", "biz_line", "model", "currency"}
 	endUserHour = rollupTable{name: "end_user_hour", grain: grainHour, dims: endUserDims, report: true, only: "end_user"}
 	endUserDay  = rollupTable{name: "end_user_day", grain: grainDay, dims: endUserDims, report: true, only: "end_user"}
+	// Migration 21: and per local month, for month-wide end-user reports
+	// (summed from the days, a month of them read 490 k rows and took
+	// 1.3 s over 10 M requests).
+	endUserMonth = rollupTable{name: "end_user_month", grain: grainMonth, dims: endUserDims, report: true, only: "end_user"}
 
 	// v2Tables are the tables migrations 2–4 create and alter: frozen.
 	v2Tables  = []rollupTable{rollupHour, rollupDay, rollupMinute, promptDay}
 	v6Tables  = []rollupTable{rollupDayUser, rollupMonth, rollupMonthUser}
 	v17Tables = []rollupTable{endUserHour, endUserDay}
+	v21Tables = []rollupTable{endUserMonth}
 	// rollupTables are every rollup, maintained as rows arrive.
-	rollupTables = slices.Concat(v2Tables, v6Tables, v17Tables)
+	rollupTables = slices.Concat(v2Tables, v6Tables, v17Tables, v21Tables)
 	// reportTables are what Report may read, narrowest first within a grain:
 	// the first whose dimensions cover a query is the smallest that can
 	// answer it.
-	reportTables = []rollupTable{rollupDayUser, rollupDay, rollupMonthUser, rollupMonth, rollupHour, endUserHour, endUserDay}
+	reportTables = []rollupTable{rollupDayUser, rollupDay, rollupMonthUser, rollupMonth, rollupHour, endUserHour, endUserDay, endUserMonth}
 )
 
 func (t rollupTable) bucketType() string {
@@ -262,6 +267,23 @@ var migration17 = func() string {
 	var b strings.Builder
 	for _, t := range v17Tables {
 		b.WriteString(t.ddl(v13Measures))
+	}
+	return b.String()
+}()
+
+// migration21 creates the end users' month rollup from their day rollup,
+// as migration 6 made the month rollups from rollup_day.
+var migration21 = func() string {
+	var b strings.Builder
+	for _, t := range v21Tables {
+		b.WriteString(t.ddl(v13Measures))
+		sums := make([]string, v13Measures)
+		for i, m := range measures[:v13Measures] {
+			sums[i] = "SUM(" + m.Name + ")"
+		}
+		dims := strings.Join(t.dims, ", ")
+		fmt.Fprintf(&b, "INSERT INTO %s SELECT substr(bucket, 1, 7), %s, %s FROM end_user_day GROUP BY substr(bucket, 1, 7), %s;\n",
+			t.name, dims, strings.Join(sums, ", "), dims)
 	}
 	return b.String()
 }()

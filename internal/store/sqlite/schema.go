@@ -223,6 +223,8 @@ var migrations = []string{
 		FROM prompt_day;
 	DROP TABLE prompt_day;
 	ALTER TABLE prompt_day_narrow RENAME TO prompt_day;`,
+	// 21: the end users' month rollup (rollup.go).
+	migration21,
 }
 
 // backfills fill, after the migrations in the same transaction, what a

@@ -116,7 +116,7 @@ func TestMigration6Backfills(t *testing.T) {
 	}
 	before := report(s)
 	// Back to schema 5: the tables migrations 6 and later made are gone.
-	for _, tbl := range append(slices.Concat(v6Tables, v17Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"},
+	for _, tbl := range append(slices.Concat(v6Tables, v17Tables, v21Tables), rollupTable{name: "window_minute"}, rollupTable{name: "window_hour"}, rollupTable{name: "window_day"},
 		rollupTable{name: "captures"}) {
 		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestMigration17Backfills(t *testing.T) {
 	if err != nil || len(before) == 0 {
 		t.Fatalf("report by end user: %d rows, %v", len(before), err)
 	}
-	for _, tbl := range v17Tables {
+	for _, tbl := range slices.Concat(v17Tables, v21Tables) {
 		if _, err := s.w.ExecContext(ctx, "DROP TABLE "+tbl.name); err != nil {
 			t.Fatal(err)
 		}
@@ -506,5 +506,74 @@ func TestReportTimeZone(t *testing.T) {
 		if len(rows) != 1 || rows[0].Keys[0] != "2026-03-02" || rows[0].Requests != 1 {
 			t.Errorf("Report(%v..%v) = %+v, want one request on 2026-03-02", q.From, q.To, rows)
 		}
+	}
+}
+
+// TestMigration21EndUserMonths: a month of end users is read from their
+// month rollup, which migration 21 fills from the day rollup of a ledger
+// written before it: the same rows as summing the days.
+func TestMigration21EndUserMonths(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	ctx := t.Context()
+	s := openAt(t, path)
+	recs := storetest.Records(0, 150)
+	for i, r := range recs {
+		// Three months, a request every 14 hours.
+		r.Arrival = time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 14 * time.Hour)
+		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+		if i%4 != 0 {
+			r.EndUser = fmt.Sprintf("customer-%d", i%6)
+		}
+		r.Finish()
+	}
+	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	q := store.ReportQuery{GroupBy: []store.Dim{store.DimEndUser, store.DimMonth, store.DimModel},
+		From: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)}
+	var need []string
+	for _, d := range q.GroupBy {
+		if c, ok := dimColumn[d]; ok {
+			need = append(need, c)
+		}
+	}
+	plan := s.plan(q, time.UTC, need)
+	if len(plan) != 1 || plan[0].table.name != "end_user_month" {
+		t.Fatalf("a quarter of whole months by end user reads %+v; want end_user_month alone", plan)
+	}
+	before, err := s.Report(ctx, q)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("report by end user and month: %d rows, %v", len(before), err)
+	}
+	// From the days, as before migration 21.
+	q.GroupBy = []store.Dim{store.DimEndUser, store.DimDay, store.DimModel}
+	days, err := s.Report(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	months := map[string]store.Totals{}
+	for _, r := range days {
+		k := r.Keys[0] + "|" + r.Keys[1][:7] + "|" + r.Keys[2]
+		sum := months[k]
+		sum.Add(r.Totals)
+		months[k] = sum
+	}
+	for _, r := range before {
+		if diff := cmp.Diff(months[r.Keys[0]+"|"+r.Keys[1][:7]+"|"+r.Keys[2]], r.Totals); diff != "" {
+			t.Errorf("%v: month rollup differs from its days (-days +month):\n%s", r.Keys, diff)
+		}
+	}
+	q.GroupBy = []store.Dim{store.DimEndUser, store.DimMonth, store.DimModel}
+	if _, err := s.w.ExecContext(ctx, "DROP TABLE end_user_month"); err != nil {
+		t.Fatal(err)
+	}
+	s = rewind(t, s, path, 21)
+	defer s.Close()
+	after, err := s.Report(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("report by end user and month after migration 21 differs (-before +after):\n%s", diff)
 	}
 }

@@ -112,6 +112,7 @@ var rollupSpecs = []rollupSpec{
 	{"rollup_month_user", localMonth, perUser, "1", nil},
 	{"end_user_hour", hourBucket, perEndUser, "end_user != ''", nil},
 	{"end_user_day", localDay, perEndUser, "end_user != ''", nil},
+	{"end_user_month", localMonth, perEndUser, "end_user != ''", nil},
 }
 
 // checkSpecs fails when the ledger has a rollup (a WITHOUT ROWID table)
