@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/store"
-	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
 // Rollup sums wait in memory across batches (pending.go). These tests
@@ -22,14 +22,11 @@ import (
 // pendingRecords are n Records of one hour, costed, the i-th at
 // base + i seconds.
 func pendingRecords(seed, n int, base time.Time) []*record.Record {
-	recs := storetest.Records(seed, n)
-	for i, r := range recs {
-		r.RequestID = r.RequestID + "-" + base.Format("0102150405")
+	recs := spaced(n, base, time.Second, func(i int, r *record.Record) {
+		r.RequestID = fmt.Sprintf("req-%06d-%d-%s", i, seed, base.Format("0102150405"))
 		r.LogicalRequestID = r.RequestID
-		r.Arrival = base.Add(time.Duration(i) * time.Second)
-		r.Cost = record.Cost{Nanos: int64(1000 + i), Currency: "USD"}
-		r.Finish()
-	}
+		r.Cost.Nanos = int64(1000 + i)
+	})
 	return recs
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/record"
 	"github.com/tollgate-dev/tollgate/internal/report"
 	"github.com/tollgate-dev/tollgate/internal/store"
-	"github.com/tollgate-dev/tollgate/internal/store/storetest"
 )
 
 // narrowPromptDay is prompt_day's columns since migration 20: its key and
@@ -56,10 +55,8 @@ func TestMigration20NarrowsPromptDay(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	ctx := t.Context()
 	s := openAt(t, path)
-	recs := storetest.Records(0, 300)
-	for i, r := range recs {
-		r.Arrival = time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 23 * time.Minute)
-		r.Cost = record.Cost{Nanos: int64(100 + 7*i), Currency: "USD"}
+	recs := spaced(300, time.Date(2026, 2, 10, 0, 0, 0, 0, time.UTC), 23*time.Minute, func(i int, r *record.Record) {
+		r.Cost.Nanos = int64(100 + 7*i)
 		if i%7 == 0 {
 			r.Cost.Currency = "CNY"
 		}
@@ -67,8 +64,7 @@ func TestMigration20NarrowsPromptDay(t *testing.T) {
 		if i%3 == 0 {
 			r.PromptSHA256 = fmt.Sprintf("once-%d", i)
 		}
-		r.Finish()
-	}
+	})
 	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,22 @@ func TestReopenIsNoop(t *testing.T) {
 	}
 }
 
+// spaced returns storetest's Records 0 … n-1, the i-th arriving at
+// base + i × step and costing 100 + i nanos of USD, then edit(i, r) if
+// set, finished.
+func spaced(n int, base time.Time, step time.Duration, edit func(i int, r *record.Record)) []*record.Record {
+	recs := storetest.Records(0, n)
+	for i, r := range recs {
+		r.Arrival = base.Add(time.Duration(i) * step)
+		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+		if edit != nil {
+			edit(i, r)
+		}
+		r.Finish()
+	}
+	return recs
+}
+
 // TestMigration6Backfills: a ledger from before the per-user and monthly
 // rollups gets them filled from rollup_day, so month reports read the
 // same sums before and after the upgrade.
@@ -89,12 +105,7 @@ func TestMigration6Backfills(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	ctx := t.Context()
 	s := openAt(t, path)
-	recs := storetest.Records(0, 200)
-	for i, r := range recs {
-		r.Arrival = time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 7 * time.Hour)
-		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
-		r.Finish()
-	}
+	recs := spaced(200, time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC), 7*time.Hour, nil)
 	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +173,11 @@ func TestMigration17Backfills(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	ctx := t.Context()
 	s := openAt(t, path)
-	recs := storetest.Records(0, 120)
-	for i, r := range recs {
-		r.Arrival = time.Date(2026, 1, 30, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 97 * time.Minute)
-		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+	recs := spaced(120, time.Date(2026, 1, 30, 0, 0, 0, 0, time.UTC), 97*time.Minute, func(i int, r *record.Record) {
 		if i%3 != 0 {
 			r.EndUser = fmt.Sprintf("customer-%d", i%5)
 		}
-		r.Finish()
-	}
+	})
 	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
@@ -516,16 +523,12 @@ func TestMigration21EndUserMonths(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	ctx := t.Context()
 	s := openAt(t, path)
-	recs := storetest.Records(0, 150)
-	for i, r := range recs {
-		// Three months, a request every 14 hours.
-		r.Arrival = time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * 14 * time.Hour)
-		r.Cost = record.Cost{Nanos: int64(100 + i), Currency: "USD"}
+	// Three months, a request every 14 hours.
+	recs := spaced(150, time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC), 14*time.Hour, func(i int, r *record.Record) {
 		if i%4 != 0 {
 			r.EndUser = fmt.Sprintf("customer-%d", i%6)
 		}
-		r.Finish()
-	}
+	})
 	if err := s.Insert(ctx, store.Batch{Records: recs}); err != nil {
 		t.Fatal(err)
 	}
