@@ -282,3 +282,21 @@ func TestInsertYields(t *testing.T) {
 		t.Errorf("another goroutine ran %d times during the insert of %d rows; want at least %d (a turn every %d rows, halved)", n, len(recs), want, yieldEvery)
 	}
 }
+
+// TestPendingRollupsFailedBatch: a batch that fails part-way commits
+// nothing, and the sums its first rows added to memory go with it.
+func TestPendingRollupsFailedBatch(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "ledger.db"))
+	defer s.Close()
+	insert(t, s, pendingRecords(1, 10, hour0))
+	if _, err := s.w.ExecContext(t.Context(), `CREATE TRIGGER boom BEFORE INSERT ON requests
+		WHEN NEW.request_id LIKE '%boom' BEGIN SELECT RAISE(ABORT, 'boom'); END`); err != nil {
+		t.Fatal(err)
+	}
+	bad := pendingRecords(2, 20, hour0.Add(time.Minute))
+	bad[15].RequestID += "-boom"
+	if err := s.Insert(t.Context(), store.Batch{Records: bad}); err == nil {
+		t.Fatal("the batch with the refused row was stored")
+	}
+	checkTotals(t, s, 10)
+}

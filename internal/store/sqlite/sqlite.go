@@ -226,9 +226,23 @@ func (s *Store) Insert(ctx context.Context, b store.Batch) error {
 	return nil
 }
 
-func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
+func (s *Store) insert(ctx context.Context, recs []*record.Record) (err error) {
 	s.pend.mu.Lock()
 	defer s.pend.mu.Unlock()
+	// The batch's sums go straight into the pending ones; added lets a
+	// failed commit take them out again.
+	p := &s.pend
+	var added []int
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, i := range added {
+			f := *recs[i]
+			f.Finish()
+			p.acc.add(&f, -1)
+		}
+	}()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -242,21 +256,10 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 	req := tx.StmtContext(ctx, s.insReq)
 	det := tx.StmtContext(ctx, s.insDet)
 	args := make([]any, 0, len(ledger))
-	// The batch's sums go straight into the pending ones; added lets a
-	// failed commit take them out again.
-	p := &s.pend
 	if len(p.acc.keys) == 0 {
 		p.since = time.Now()
 	}
-	var added []int
 	var last int64 // the largest rowid this batch added
-	undo := func() {
-		for _, i := range added {
-			f := *recs[i]
-			f.Finish()
-			p.acc.add(&f, -1)
-		}
-	}
 	for i, r := range recs {
 		if r == nil {
 			continue
@@ -270,12 +273,10 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 		args = rowArgs(args[:0], &f)
 		res, err := req.ExecContext(ctx, args...)
 		if err != nil {
-			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
 		// Rollups and details only with a new ledger row: a replay must
@@ -285,32 +286,28 @@ func (s *Store) insert(ctx context.Context, recs []*record.Record) error {
 			continue
 		}
 		if last, err = res.LastInsertId(); err != nil {
-			undo()
 			return fmt.Errorf("request %q: %w", r.RequestID, err)
 		}
 		p.acc.add(&f, +1)
 		added = append(added, i)
 		if r.Sampled {
 			if _, err := det.ExecContext(ctx, r.RequestID, timelineJSON(r.Timeline)); err != nil {
-				undo()
 				return fmt.Errorf("details of %q: %w", r.RequestID, err)
 			}
 		}
 	}
 	if !p.due(time.Now()) {
 		if err := tx.Commit(); err != nil {
-			undo()
 			return err
 		}
 		p.last = max(p.last, last)
 		return nil
 	}
 	mark, err := s.writeRollups(ctx, tx, last)
-	if err == nil {
-		err = tx.Commit()
-	}
 	if err != nil {
-		undo()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
 		return err
 	}
 	p.reset(mark)
