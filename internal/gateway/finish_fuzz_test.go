@@ -23,6 +23,8 @@ func FuzzFinishPath(f *testing.F) {
 	f.Add("搜索业务搜索业务搜索业务搜索业务搜索业务中文", "sess", "tpl", "a=1", "client-1", "m", int64(5), int64(3), int64(1), "stop", true)
 	f.Add("a\xe4\xb8", "\xff", "", "k=\xe4", "bad id with spaces", strings.Repeat("模", 90), int64(-1), int64(1<<62), int64(7), "weird", false)
 	f.Add("", "", strings.Repeat("t", 300), strings.Repeat("k=v,", 20), "", "", int64(0), int64(0), int64(0), "", true)
+	// Malformed usage after the first chunk: the stream ends with an error.
+	f.Add("0", "0", "", "0", "0", "*", int64(-1), int64(1<<62), int64(7), "weird", true)
 
 	var (
 		mu   sync.Mutex
@@ -80,12 +82,20 @@ func FuzzFinishPath(f *testing.F) {
 		if err != nil {
 			t.Fatalf("response cut (status %d): %v", resp.StatusCode, err)
 		}
-		if resp.StatusCode == 200 && stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
-			t.Fatalf("stream without [DONE]: %q", b)
-		}
+		// The Record first: a failure below must not leave it to the next
+		// input, which would then report it as an extra one.
 		r := tg.next(t)
 		tg.noMore(t)
-		if r.Status != resp.StatusCode {
+		switch {
+		case resp.StatusCode == 200 && stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n"):
+			// A stream the upstream broke after its first chunk (usage
+			// with negative tokens, say) ends with an error event
+			// instead, as OpenAI's do; its Record has the error's
+			// status, not the 200 sent before it.
+			if r.ErrorType == "" || !strings.Contains(string(b), `data: {"error":`) {
+				t.Fatalf("stream without [DONE] or an error event (record error %q): %q", r.ErrorType, b)
+			}
+		case r.Status != resp.StatusCode:
 			t.Fatalf("recorded status %d, answered %d", r.Status, resp.StatusCode)
 		}
 		for _, v := range []string{r.Model, r.BizLine, r.SessionID, r.TemplateID, r.ClientRequestID} {
