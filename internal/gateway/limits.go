@@ -121,8 +121,10 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			l.total.Add(1)
 			return &limitedConn{Conn: c, l: l, peer: peer}, nil
 		}
-		_ = c.Close()
+		// Counted before the close, so that whoever sees the connection
+		// refused also sees it counted.
 		l.refused.Inc()
+		_ = c.Close()
 		l.logRefusal(peer)
 	}
 }
